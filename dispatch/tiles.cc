@@ -1,0 +1,40 @@
+#include "dispatch/tiles.h"
+
+#include <algorithm>
+
+namespace attn::internal {
+
+Tiles ChooseTiles(const TileInputs& in) {
+  Tiles t;
+  const int64_t P = std::max(1, in.panel_width);
+  // A query block shares each key tile across its panels while the tile is
+  // hot in L1/L2; 4 panels keep the accumulators (q_block x dv floats) in L1
+  // for dv <= 64 and in L2 beyond. Short queries get one (partial) panel.
+  const int64_t panels_needed = (in.q_len + P - 1) / P;
+  t.q_block = int(std::min<int64_t>(4, panels_needed) * P);
+  // Key tiles: 128 keys keep the score tile (128 x P floats) in L1 and the
+  // K/V tiles (128 x d floats each) in L2 up to d = 128; halve beyond.
+  t.kv_block = in.head_dim > 128 || in.value_dim > 128 ? 64 : 128;
+  // Split-KV only when the (head, query block) items cannot feed every
+  // thread: aim at ~2 units per thread, each with at least 256 keys.
+  const int64_t q_blocks = (in.q_len + t.q_block - 1) / t.q_block;
+  const int64_t items = in.heads * q_blocks;
+  int64_t splits = 1;
+  if (in.threads > 1 && items < in.threads) {
+    splits = (2 * int64_t(in.threads) + items - 1) / items;
+    splits = std::min<int64_t>(splits, std::max<int64_t>(1, in.kv_len / 256));
+  }
+  t.kv_splits = int(std::max<int64_t>(1, splits));
+  return t;
+}
+
+Tiles ResolveTiles(const Tiles& requested, const TileInputs& in) {
+  const Tiles d = ChooseTiles(in);
+  Tiles t = requested;
+  if (t.q_block == 0) t.q_block = d.q_block;
+  if (t.kv_block == 0) t.kv_block = d.kv_block;
+  if (t.kv_splits == 0) t.kv_splits = d.kv_splits;
+  return t;
+}
+
+}  // namespace attn::internal

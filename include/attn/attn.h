@@ -1,0 +1,163 @@
+// attn: SIMD CPU kernels for scaled dot-product attention.
+//
+//   O = softmax(Q·Kᵀ · scale + M) · V        (row softmax, row max subtracted)
+//
+// One problem description (attn::Problem) and one entry point
+// (attn::attention) serve every kernel. Tensors are float32 and addressed
+// through element strides, so [B,H,T,d], [B,T,H,d] and padded rows (a KV
+// cache with spare capacity) all work without copies. The innermost dimension
+// (d or d_v) must be contiguous.
+//
+// Errors: every invalid field throws attn::Error, whose message names the
+// field and its value (e.g. "attn: q_len must be >= 1, got 0"). Validation
+// happens before any work: on error nothing is written to `out` or `lse`.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace attn {
+
+// A read-only float tensor of logical shape [batch, heads, rows, cols] with
+// cols contiguous. Strides are in elements (not bytes) and may be 0
+// (broadcast) for batch/heads.
+struct ConstTensor {
+  const float* data = nullptr;
+  int64_t batch_stride = 0;
+  int64_t head_stride = 0;
+  int64_t row_stride = 0;
+};
+
+// The writable counterpart, for O.
+struct Tensor {
+  float* data = nullptr;
+  int64_t batch_stride = 0;
+  int64_t head_stride = 0;
+  int64_t row_stride = 0;
+};
+
+// Dense row-major [B, H, T, cols] strides.
+ConstTensor DenseBHTD(const float* data, int64_t heads, int64_t rows,
+                      int64_t cols);
+Tensor DenseBHTD(float* data, int64_t heads, int64_t rows, int64_t cols);
+// Dense row-major [B, T, H, cols] strides (the "sequence-major" layout).
+ConstTensor DenseBTHD(const float* data, int64_t heads, int64_t rows,
+                      int64_t cols);
+Tensor DenseBTHD(float* data, int64_t heads, int64_t rows, int64_t cols);
+
+// Causal masking. A masked (query i, key j) pair is removed from the softmax
+// entirely (as if its score were -inf).
+enum class Causal {
+  kNone,
+  // Query i sees keys j <= (kv_len - q_len) + i: the last query sees every
+  // key. This is what KV-cache prefill/decode needs (queries are the newest
+  // positions). Equal to top-left when q_len == kv_len.
+  kBottomRight,
+  // Query i sees keys j <= i (PyTorch's is_causal=True alignment).
+  kTopLeft,
+};
+
+// Additive float mask M[b][h][i][j], added to the scaled scores. Entries may
+// be -inf. Any stride may be 0 to broadcast (e.g. one [T_q, T_k] mask shared
+// by every batch and head: batch_stride = head_stride = 0).
+struct AdditiveMask {
+  const float* data = nullptr;  // nullptr: no additive mask
+  int64_t batch_stride = 0;
+  int64_t head_stride = 0;
+  int64_t row_stride = 0;
+  int64_t col_stride = 1;
+};
+
+// Optional per-row log-sum-exp output: lse[b][h][i] = log Σ_j exp(s_ij) over
+// the visible keys, with s the scaled, masked scores (natural log). A fully
+// masked row gets -inf (and output 0).
+struct LseOutput {
+  float* data = nullptr;  // nullptr: not requested
+  int64_t batch_stride = 0;
+  int64_t head_stride = 0;
+  int64_t row_stride = 1;
+};
+
+struct Problem {
+  int64_t batch = 1;
+  int64_t q_heads = 1;
+  int64_t kv_heads = 1;  // must divide q_heads (GQA; 1 = MQA)
+  int64_t q_len = 0;     // T_q
+  int64_t kv_len = 0;    // T_k
+  int64_t head_dim = 0;  // d, of Q and K
+  std::optional<int64_t> value_dim;  // d_v; default: head_dim
+
+  ConstTensor q;  // [batch, q_heads, q_len, head_dim]
+  ConstTensor k;  // [batch, kv_heads, kv_len, head_dim]
+  ConstTensor v;  // [batch, kv_heads, kv_len, value_dim]
+  Tensor out;     // [batch, q_heads, q_len, value_dim]
+
+  std::optional<float> scale;  // default 1/sqrt(head_dim)
+  Causal causal = Causal::kNone;
+  AdditiveMask mask;
+  LseOutput lse;
+
+  int64_t ValueDim() const { return value_dim ? *value_dim : head_dim; }
+  float Scale() const;
+};
+
+enum class KernelId {
+  kAuto,       // the tuning table's choice for the shape, else a default rule
+  kNaive,      // scalar float32, materialises the T_q x T_k scores
+  kBlocked,    // SIMD, whole score rows of a query panel in scratch
+  kStreaming,  // SIMD online softmax (flash attention), O(tile) memory
+  kParallel,   // OpenMP over heads x query blocks, split-KV for decode
+};
+const char* KernelName(KernelId id);
+// Parses "auto", "naive", "blocked", "streaming", "parallel"; throws Error.
+KernelId ParseKernel(const std::string& name);
+
+// Tile and loop parameters of the SIMD kernels. Zero fields mean "choose the
+// default for this shape and target" (attn::DefaultTiles).
+struct Tiles {
+  int q_block = 0;   // query rows per block (rounded up to the panel width)
+  int kv_block = 0;  // keys per streamed tile
+  int kv_splits = 0; // parallel kernel: key-range splits per (head, q block)
+};
+
+struct Options {
+  KernelId kernel = KernelId::kAuto;
+  int threads = 0;  // 0: OpenMP's default (omp_get_max_threads)
+  Tiles tiles;      // overrides; zero fields = default
+};
+
+// Computes attention; throws attn::Error on invalid input (nothing written).
+void attention(const Problem& problem, const Options& options = {});
+
+class Error : public std::invalid_argument {
+ public:
+  Error(std::string field, std::string value, const std::string& message)
+      : std::invalid_argument(message),
+        field_(std::move(field)),
+        value_(std::move(value)) {}
+  const std::string& field() const { return field_; }
+  const std::string& value() const { return value_; }
+
+ private:
+  std::string field_;
+  std::string value_;
+};
+
+// ---- SIMD targets (Highway) ----------------------------------------------
+// Names such as "AVX2", "AVX3", "SSE4", "EMU128".
+std::vector<std::string> CompiledTargets();
+std::vector<std::string> SupportedTargets();  // compiled and runnable here
+// The target the SIMD kernels use now.
+std::string CurrentTarget();
+// Forces a target for the whole process ("" or "auto": best supported).
+// Throws Error for an unknown or unsupported name. The environment variable
+// ATTN_TARGET is applied the same way at first use.
+void ForceTarget(const std::string& name);
+
+// The tile defaults the SIMD kernels use for a shape on the current target.
+Tiles DefaultTiles(int64_t q_len, int64_t kv_len, int64_t head_dim);
+
+}  // namespace attn

@@ -1,0 +1,90 @@
+// Blocked kernel: query panel x key tile SIMD scores with scale and mask
+// fused, an exact softmax over whole rows, then a SIMD mix.
+//
+// Algorithm, per panel of P query rows: score every visible key in tiles of
+// kv_block into a row scratch St (keys x P floats), take the exact row max,
+// exponentiate and sum (no rescaling ever), then mix all weights with V and
+// normalise. Memory traffic: K and V are read once per panel (P rows) rather
+// than once per q_block as in the streaming kernel, and the score rows make
+// one round trip through the scratch (4·T_k·P bytes per panel: in L2 up to a
+// few thousand keys). Extra memory O(T_k·P): bounded per panel, but not
+// independent of T_k; the streaming kernel is the one for long contexts.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/blocked/blocked.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <algorithm>
+
+#include "hwy/aligned_allocator.h"
+#include "hwy/highway.h"
+#include "kernels/blocked/blocked.h"
+#include "kernels/common/microkernels-inl.h"
+#include "kernels/common/softmax-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn {
+namespace HWY_NAMESPACE {
+
+void BlockedHead(const internal::HeadView& h, const Tiles& tiles, float* HWY_RESTRICT qt,
+                 float* HWY_RESTRICT ot, float* HWY_RESTRICT st, float* HWY_RESTRICT stats) {
+  const int64_t P = int64_t(PanelWidth());
+  const int64_t kv_block = std::max<int64_t>(1, tiles.kv_block);
+  const PanelStats s{stats, stats + P, stats + 2 * P};
+  for (int64_t r0 = 0; r0 < h.tq; r0 += P) {
+    const int64_t rows = std::min(P, h.tq - r0);
+    PackQueryPanel(h.q + r0 * h.q_stride, h.q_stride, rows, h.d, h.scale, qt);
+    ResetStats(s);
+    std::fill(ot, ot + h.dv * P, 0.0f);
+    const int64_t keys = std::min(h.tk, std::max<int64_t>(0, r0 + rows - 1 + h.causal_offset + 1));
+    for (int64_t j0 = 0; j0 < keys; j0 += kv_block) {
+      const int64_t tile_keys = std::min(kv_block, keys - j0);
+      float* tile = st + j0 * P;
+      ScoreTile(qt, h.d, h.k + j0 * h.k_stride, h.k_stride, tile_keys, tile);
+      if (h.mask) {
+        AddMaskTile(h.mask + r0 * h.mask_row_stride + j0 * h.mask_col_stride, h.mask_row_stride,
+                    h.mask_col_stride, rows, tile_keys, tile);
+      }
+      if (j0 + tile_keys - 1 > r0 + h.causal_offset) {
+        CausalMaskTile(j0, r0 + h.causal_offset, tile_keys, tile);
+      }
+    }
+    FullSoftmax(st, keys, s);
+    for (int64_t j0 = 0; j0 < keys; j0 += kv_block) {
+      const int64_t tile_keys = std::min(kv_block, keys - j0);
+      MixTile(st + j0 * P, tile_keys, h.v + j0 * h.v_stride, h.v_stride, h.dv, ot);
+    }
+    FinishPanel(ot, s, rows, h.dv, h.out + r0 * h.out_stride, h.out_stride,
+                h.lse ? h.lse + r0 * h.lse_stride : nullptr, h.lse_stride);
+  }
+}
+
+void BlockedAttentionImpl(const Problem& p, const internal::RunConfig& config) {
+  const size_t P = PanelWidth();
+  const int64_t dv = p.ValueDim();
+  auto qt = hwy::AllocateAligned<float>(size_t(p.head_dim) * P);
+  auto ot = hwy::AllocateAligned<float>(size_t(dv) * P);
+  auto st = hwy::AllocateAligned<float>(size_t(p.kv_len) * P);
+  auto stats = hwy::AllocateAligned<float>(3 * P);
+  if (!qt || !ot || !st || !stats) throw std::bad_alloc();
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.q_heads; ++h) {
+      BlockedHead(internal::MakeHeadView(p, b, h), config.tiles, qt.get(), ot.get(), st.get(),
+                  stats.get());
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attn {
+HWY_EXPORT(BlockedAttentionImpl);
+namespace internal {
+void BlockedAttention(const Problem& p, const RunConfig& config) {
+  HWY_DYNAMIC_DISPATCH(BlockedAttentionImpl)(p, config);
+}
+}  // namespace internal
+}  // namespace attn
+#endif  // HWY_ONCE

@@ -1,0 +1,216 @@
+// Register-blocked micro-kernels shared by the blocked, streaming and
+// parallel kernels, compiled once per Highway target (include after
+// foreach_target.h; per-target include guard below).
+//
+// Layout: the "panel" formulation. A panel is kPanelVectors SIMD vectors of
+// consecutive query rows (P = kPanelVectors * Lanes queries). Queries are
+// transposed once per panel into Qt[c][i] (d x P, pre-multiplied by the
+// scale), so that
+//   scores  St[j][i] = Σ_c K[j][c] · Qt[c][i]     (broadcast K, load Qt)
+//   mix     Ot[c][i] += Σ_j V[j][c] · Pt[j][i]    (broadcast V, load Pt)
+// are both outer-product updates whose SIMD lanes run over the P queries.
+// K and V are read in place, row-major, through any row stride and any
+// alignment (only scalar broadcasts touch them), so nothing is packed or
+// copied per key tile; per-row softmax statistics become lane-wise vector
+// ops with no horizontal reductions.
+//
+// Register blocking: kRows broadcast rows (keys for scores, value columns
+// for mix) x kPanelVectors vectors of accumulators. With 16 vector registers
+// (SSE4, AVX2) that is 6 x 2 = 12 accumulators + 2 loaded + 1 broadcast; with
+// 32 (AVX-512, NEON, SVE) 12 x 2. Per inner step: kRows broadcasts + 2 loads
+// feed 2·kRows FMAs.
+#if defined(ATTN_KERNELS_COMMON_MICROKERNELS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTN_KERNELS_COMMON_MICROKERNELS_INL_H_
+#undef ATTN_KERNELS_COMMON_MICROKERNELS_INL_H_
+#else
+#define ATTN_KERNELS_COMMON_MICROKERNELS_INL_H_
+#endif
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <limits>
+
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+constexpr size_t kPanelVectors = 2;
+#if HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR || \
+    (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3)
+constexpr int kRows = 6;  // 16 vector registers
+#else
+constexpr int kRows = 12;  // 32 vector registers
+#endif
+
+// Queries per panel on this target.
+HWY_INLINE size_t PanelWidth() { return kPanelVectors * hn::Lanes(DF()); }
+
+// Qt[c][i] = scale * q[i][c] for i < rows, 0 for the padding rows.
+HWY_INLINE void PackQueryPanel(const float* HWY_RESTRICT q, int64_t q_stride,
+                               int64_t rows, int64_t d, float scale,
+                               float* HWY_RESTRICT qt) {
+  const size_t P = PanelWidth();
+  for (int64_t c = 0; c < d; ++c) {
+    float* HWY_RESTRICT dst = qt + c * P;
+    for (size_t i = 0; i < P; ++i) {
+      dst[i] = int64_t(i) < rows ? scale * q[int64_t(i) * q_stride + c] : 0.0f;
+    }
+  }
+}
+
+// St[r][:] = Σ_c k[r][c] · Qt[c][:] for R keys starting at k.
+template <int R>
+HWY_INLINE void ScoreRows(const float* HWY_RESTRICT qt, int64_t d,
+                          const float* HWY_RESTRICT k, int64_t k_stride,
+                          float* HWY_RESTRICT st) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const size_t P = PanelWidth();
+  VF acc0[R], acc1[R];
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = hn::Zero(df);
+  for (int64_t c = 0; c < d; ++c) {
+    const VF q0 = hn::Load(df, qt + c * P);
+    const VF q1 = hn::Load(df, qt + c * P + N);
+    for (int r = 0; r < R; ++r) {
+      const VF kb = hn::Set(df, k[r * k_stride + c]);
+      acc0[r] = hn::MulAdd(kb, q0, acc0[r]);
+      acc1[r] = hn::MulAdd(kb, q1, acc1[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    hn::Store(acc0[r], df, st + r * P);
+    hn::Store(acc1[r], df, st + r * P + N);
+  }
+}
+
+// St[j][:] for keys j in [0, keys): the score tile of one panel.
+HWY_INLINE void ScoreTile(const float* HWY_RESTRICT qt, int64_t d,
+                          const float* HWY_RESTRICT k, int64_t k_stride,
+                          int64_t keys, float* HWY_RESTRICT st) {
+  const size_t P = PanelWidth();
+  int64_t j = 0;
+  for (; j + kRows <= keys; j += kRows) {
+    ScoreRows<kRows>(qt, d, k + j * k_stride, k_stride, st + j * P);
+  }
+  const int64_t rest = keys - j;
+  const float* kj = k + j * k_stride;
+  float* sj = st + j * P;
+  switch (rest) {
+#define ATTN_SCORE_CASE(R) \
+  case R: ScoreRows<R>(qt, d, kj, k_stride, sj); break;
+    ATTN_SCORE_CASE(1) ATTN_SCORE_CASE(2) ATTN_SCORE_CASE(3)
+    ATTN_SCORE_CASE(4) ATTN_SCORE_CASE(5)
+#if HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR || \
+    (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3)
+#else
+    ATTN_SCORE_CASE(6) ATTN_SCORE_CASE(7) ATTN_SCORE_CASE(8)
+    ATTN_SCORE_CASE(9) ATTN_SCORE_CASE(10) ATTN_SCORE_CASE(11)
+#endif
+#undef ATTN_SCORE_CASE
+    default: break;
+  }
+}
+
+// Ot[c0 + r][:] += Σ_j v[j][c0 + r] · Pt[j][:] for R value columns.
+template <int R>
+HWY_INLINE void MixColumns(const float* HWY_RESTRICT pt, int64_t keys,
+                           const float* HWY_RESTRICT v, int64_t v_stride,
+                           float* HWY_RESTRICT ot) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const size_t P = PanelWidth();
+  VF acc0[R], acc1[R];
+  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = hn::Zero(df);
+  for (int64_t j = 0; j < keys; ++j) {
+    const VF p0 = hn::Load(df, pt + j * P);
+    const VF p1 = hn::Load(df, pt + j * P + N);
+    const float* HWY_RESTRICT vj = v + j * v_stride;
+    for (int r = 0; r < R; ++r) {
+      const VF vb = hn::Set(df, vj[r]);
+      acc0[r] = hn::MulAdd(vb, p0, acc0[r]);
+      acc1[r] = hn::MulAdd(vb, p1, acc1[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float* HWY_RESTRICT o = ot + r * P;
+    hn::Store(hn::Add(hn::Load(df, o), acc0[r]), df, o);
+    hn::Store(hn::Add(hn::Load(df, o + N), acc1[r]), df, o + N);
+  }
+}
+
+// Ot[c][:] += Σ_j V[j][c] · Pt[j][:] for every value column c < dv.
+HWY_INLINE void MixTile(const float* HWY_RESTRICT pt, int64_t keys,
+                        const float* HWY_RESTRICT v, int64_t v_stride, int64_t dv,
+                        float* HWY_RESTRICT ot) {
+  const size_t P = PanelWidth();
+  int64_t c = 0;
+  for (; c + kRows <= dv; c += kRows) {
+    MixColumns<kRows>(pt, keys, v + c, v_stride, ot + c * P);
+  }
+  const int64_t rest = dv - c;
+  const float* vc = v + c;
+  float* oc = ot + c * P;
+  switch (rest) {
+#define ATTN_MIX_CASE(R) \
+  case R: MixColumns<R>(pt, keys, vc, v_stride, oc); break;
+    ATTN_MIX_CASE(1) ATTN_MIX_CASE(2) ATTN_MIX_CASE(3)
+    ATTN_MIX_CASE(4) ATTN_MIX_CASE(5)
+#if HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR || \
+    (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3)
+#else
+    ATTN_MIX_CASE(6) ATTN_MIX_CASE(7) ATTN_MIX_CASE(8)
+    ATTN_MIX_CASE(9) ATTN_MIX_CASE(10) ATTN_MIX_CASE(11)
+#endif
+#undef ATTN_MIX_CASE
+    default: break;
+  }
+}
+
+// Adds the additive mask to a score tile: St[j][i] += M[row0 + i][j] for the
+// rows < rows of the panel (mask already offset to key 0 of the tile).
+HWY_INLINE void AddMaskTile(const float* HWY_RESTRICT mask, int64_t row_stride,
+                            int64_t col_stride, int64_t rows, int64_t keys,
+                            float* HWY_RESTRICT st) {
+  const size_t P = PanelWidth();
+  for (int64_t j = 0; j < keys; ++j) {
+    for (int64_t i = 0; i < rows; ++i) {
+      st[j * P + i] += mask[i * row_stride + j * col_stride];
+    }
+  }
+}
+
+// Sets St[j][i] = -inf where key (key0 + j) is causally hidden from panel row
+// i, i.e. where key0 + j > row0 + i + causal_offset.
+HWY_INLINE void CausalMaskTile(int64_t key0, int64_t first_row_limit, int64_t keys,
+                               float* HWY_RESTRICT st) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const size_t P = PanelWidth();
+  const VF neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
+  const VF iota = hn::Iota(df, 0.0f);
+  for (int64_t j = 0; j < keys; ++j) {
+    // Row i hides this key iff i < (key0 + j) - first_row_limit.
+    int64_t hidden_rows = key0 + j - first_row_limit;
+    if (hidden_rows <= 0) continue;
+    if (hidden_rows > int64_t(P)) hidden_rows = int64_t(P);
+    for (size_t n = 0; n < kPanelVectors; ++n) {
+      const VF lane = hn::Add(iota, hn::Set(df, float(n * N)));
+      const auto hide = hn::Lt(lane, hn::Set(df, float(hidden_rows)));
+      float* s = st + j * P + n * N;
+      hn::Store(hn::IfThenElse(hide, neg_inf, hn::Load(df, s)), df, s);
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard

@@ -1,0 +1,186 @@
+// Row softmax on score panels (St[j][i], lanes over the P query rows of a
+// panel), compiled once per Highway target. Include after
+// microkernels-inl.h.
+//
+// Per-row statistics are vectors over the panel's rows, so the row max and
+// row sum are lane-wise Max/Add over the key axis, never horizontal.
+//
+// Special rows follow the reference (reference/reference.h):
+// - fully masked (max = -inf): exp is taken relative to 0 instead of -inf, so
+//   every weight is exp(-inf) = 0, the sum stays 0, and Finish writes out 0,
+//   lse -inf. (hn::Exp(-inf - -inf) = Exp(NaN) would also give 0, but we do
+//   not lean on that.)
+// - NaN anywhere in x = s - max (a NaN score, or +inf - +inf): hn::Exp
+//   returns 0 for NaN, which would silently drop it, so a per-row flag
+//   records it and Finish writes NaN.
+#if defined(ATTN_KERNELS_COMMON_SOFTMAX_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTN_KERNELS_COMMON_SOFTMAX_INL_H_
+#undef ATTN_KERNELS_COMMON_SOFTMAX_INL_H_
+#else
+#define ATTN_KERNELS_COMMON_SOFTMAX_INL_H_
+#endif
+
+#include <cmath>
+#include <limits>
+
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Running softmax statistics of one panel, stored as arrays of P floats
+// (max, sum, NaN flag as 0/1) so that panels can live side by side in scratch.
+struct PanelStats {
+  float* HWY_RESTRICT max;
+  float* HWY_RESTRICT sum;
+  float* HWY_RESTRICT nan;
+};
+
+HWY_INLINE void ResetStats(const PanelStats& s) {
+  const size_t P = PanelWidth();
+  for (size_t i = 0; i < P; ++i) {
+    s.max[i] = -std::numeric_limits<float>::infinity();
+    s.sum[i] = 0.0f;
+    s.nan[i] = 0.0f;
+  }
+}
+
+// Lane-wise max over keys of the tile, combined with `running`.
+HWY_INLINE VF TileMax(const float* HWY_RESTRICT st, int64_t keys, size_t offset, VF running) {
+  const DF df;
+  const size_t P = PanelWidth();
+  VF m0 = running, m1 = running;
+  int64_t j = 0;
+  for (; j + 2 <= keys; j += 2) {
+    m0 = hn::Max(m0, hn::Load(df, st + j * P + offset));
+    m1 = hn::Max(m1, hn::Load(df, st + (j + 1) * P + offset));
+  }
+  if (j < keys) m0 = hn::Max(m0, hn::Load(df, st + j * P + offset));
+  return hn::Max(m0, m1);
+}
+
+// St[j] = exp(St[j] - base) in place; returns the lane-wise sum and ORs NaN
+// lanes of (St - base) into *nan_lanes.
+HWY_INLINE VF ExpTile(float* HWY_RESTRICT st, int64_t keys, size_t offset, VF base,
+                      hn::Mask<DF>* nan_lanes) {
+  const DF df;
+  const size_t P = PanelWidth();
+  VF sum0 = hn::Zero(df), sum1 = hn::Zero(df);
+  auto nan = *nan_lanes;
+  int64_t j = 0;
+  for (; j + 2 <= keys; j += 2) {
+    float* s0 = st + j * P + offset;
+    float* s1 = s0 + P;
+    const VF x0 = hn::Sub(hn::Load(df, s0), base);
+    const VF x1 = hn::Sub(hn::Load(df, s1), base);
+    nan = hn::Or(nan, hn::Or(hn::IsNaN(x0), hn::IsNaN(x1)));
+    const VF e0 = hn::Exp(df, x0);
+    const VF e1 = hn::Exp(df, x1);
+    hn::Store(e0, df, s0);
+    hn::Store(e1, df, s1);
+    sum0 = hn::Add(sum0, e0);
+    sum1 = hn::Add(sum1, e1);
+  }
+  if (j < keys) {
+    float* s0 = st + j * P + offset;
+    const VF x0 = hn::Sub(hn::Load(df, s0), base);
+    nan = hn::Or(nan, hn::IsNaN(x0));
+    const VF e0 = hn::Exp(df, x0);
+    hn::Store(e0, df, s0);
+    sum0 = hn::Add(sum0, e0);
+  }
+  *nan_lanes = nan;
+  return hn::Add(sum0, sum1);
+}
+
+// The subtraction base for exp: the max, or 0 where the row is (so far)
+// fully masked.
+HWY_INLINE VF ExpBase(VF max) {
+  const DF df;
+  const VF neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
+  return hn::IfThenZeroElse(hn::Eq(max, neg_inf), max);
+}
+
+// Online-softmax step for one score tile of a panel: updates the running
+// max/sum, turns St into unnormalised weights exp(s - max), and rescales the
+// panel's accumulator Ot (dv x P) by exp(old_max - new_max) in the lanes
+// whose max grew (only then: most tiles after the first leave it alone).
+HWY_INLINE void OnlineSoftmaxTile(float* HWY_RESTRICT st, int64_t keys, const PanelStats& s,
+                                  float* HWY_RESTRICT ot, int64_t dv) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const size_t P = PanelWidth();
+  for (size_t n = 0; n < kPanelVectors; ++n) {
+    const size_t off = n * N;
+    const VF old_max = hn::Load(df, s.max + off);
+    const VF new_max = TileMax(st, keys, off, old_max);
+    const VF base = ExpBase(new_max);
+    auto nan = hn::Ne(hn::Load(df, s.nan + off), hn::Zero(df));
+    const VF tile_sum = ExpTile(st, keys, off, base, &nan);
+    VF sum = hn::Load(df, s.sum + off);
+    const auto grew = hn::Gt(new_max, old_max);
+    if (!hn::AllFalse(df, grew)) {
+      // exp(-inf - base) = 0 for lanes seeing their first visible key: their
+      // accumulator and sum are 0 anyway.
+      const VF alpha = hn::IfThenElse(grew, hn::Exp(df, hn::Sub(old_max, base)), hn::Set(df, 1.0f));
+      sum = hn::Mul(sum, alpha);
+      for (int64_t c = 0; c < dv; ++c) {
+        float* o = ot + c * P + off;
+        hn::Store(hn::Mul(hn::Load(df, o), alpha), df, o);
+      }
+    }
+    hn::Store(hn::Add(sum, tile_sum), df, s.sum + off);
+    hn::Store(new_max, df, s.max + off);
+    hn::Store(hn::IfThenElseZero(nan, hn::Set(df, 1.0f)), df, s.nan + off);
+  }
+}
+
+// Exact softmax over a whole row block (all keys of the panel at once): St
+// becomes unnormalised weights exp(s - max); stats get the final max/sum.
+HWY_INLINE void FullSoftmax(float* HWY_RESTRICT st, int64_t keys, const PanelStats& s) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  for (size_t n = 0; n < kPanelVectors; ++n) {
+    const size_t off = n * N;
+    const VF max = TileMax(st, keys, off, hn::Load(df, s.max + off));
+    auto nan = hn::Ne(hn::Load(df, s.nan + off), hn::Zero(df));
+    const VF sum = ExpTile(st, keys, off, ExpBase(max), &nan);
+    hn::Store(hn::Add(hn::Load(df, s.sum + off), sum), df, s.sum + off);
+    hn::Store(max, df, s.max + off);
+    hn::Store(hn::IfThenElseZero(nan, hn::Set(df, 1.0f)), df, s.nan + off);
+  }
+}
+
+// Writes the panel's rows: out[i][c] = Ot[c][i] / sum[i], lse[i] = max + log
+// sum (natural log). Fully masked rows give 0 / -inf, NaN rows NaN / NaN.
+HWY_INLINE void FinishPanel(const float* HWY_RESTRICT ot, const PanelStats& s, int64_t rows,
+                            int64_t dv, float* HWY_RESTRICT out, int64_t out_stride,
+                            float* HWY_RESTRICT lse, int64_t lse_stride) {
+  const size_t P = PanelWidth();
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < rows; ++i) {
+    float* HWY_RESTRICT o = out + i * out_stride;
+    const bool nan = s.nan[i] != 0.0f;
+    const float sum = s.sum[i];
+    if (nan || !(sum > 0.0f)) {
+      // Not ot * 0: a fully masked row is 0 even where V holds NaN or Inf.
+      for (int64_t c = 0; c < dv; ++c) o[c] = nan ? kNaN : 0.0f;
+    } else {
+      const float inv = 1.0f / sum;
+      for (int64_t c = 0; c < dv; ++c) o[c] = ot[c * P + i] * inv;
+    }
+    if (lse) {
+      lse[i * lse_stride] = nan ? kNaN : (sum > 0.0f ? s.max[i] + std::log(sum) : -kInf);
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard

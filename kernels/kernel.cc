@@ -1,0 +1,62 @@
+#include "kernels/kernel.h"
+
+namespace attn::internal {
+
+HeadView HeadView::Rows(int64_t begin, int64_t end) const {
+  HeadView view = *this;
+  view.q = q + begin * q_stride;
+  view.out = out + begin * out_stride;
+  if (lse) view.lse = lse + begin * lse_stride;
+  if (mask) view.mask = mask + begin * mask_row_stride;
+  view.tq = end - begin;
+  // Row i of the sub-view is row begin + i of this view.
+  if (causal_offset != kNoCausal) view.causal_offset = causal_offset + begin;
+  return view;
+}
+
+HeadView HeadView::Keys(int64_t begin, int64_t end) const {
+  HeadView view = *this;
+  view.k = k + begin * k_stride;
+  view.v = v + begin * v_stride;
+  if (mask) view.mask = mask + begin * mask_col_stride;
+  view.tk = end - begin;
+  // Key j of the sub-view is key begin + j of this view.
+  if (causal_offset != kNoCausal) view.causal_offset = causal_offset - begin;
+  return view;
+}
+
+HeadView MakeHeadView(const Problem& p, int64_t b, int64_t h) {
+  const int64_t group = p.q_heads / p.kv_heads;
+  const int64_t kv_h = h / group;
+  HeadView view;
+  view.q = p.q.data + b * p.q.batch_stride + h * p.q.head_stride;
+  view.k = p.k.data + b * p.k.batch_stride + kv_h * p.k.head_stride;
+  view.v = p.v.data + b * p.v.batch_stride + kv_h * p.v.head_stride;
+  view.out = p.out.data + b * p.out.batch_stride + h * p.out.head_stride;
+  view.q_stride = p.q.row_stride;
+  view.k_stride = p.k.row_stride;
+  view.v_stride = p.v.row_stride;
+  view.out_stride = p.out.row_stride;
+  if (p.lse.data) {
+    view.lse = p.lse.data + b * p.lse.batch_stride + h * p.lse.head_stride;
+    view.lse_stride = p.lse.row_stride;
+  }
+  if (p.mask.data) {
+    view.mask = p.mask.data + b * p.mask.batch_stride + h * p.mask.head_stride;
+    view.mask_row_stride = p.mask.row_stride;
+    view.mask_col_stride = p.mask.col_stride;
+  }
+  view.tq = p.q_len;
+  view.tk = p.kv_len;
+  view.d = p.head_dim;
+  view.dv = p.ValueDim();
+  view.scale = p.Scale();
+  switch (p.causal) {
+    case Causal::kNone: view.causal_offset = kNoCausal; break;
+    case Causal::kBottomRight: view.causal_offset = p.kv_len - p.q_len; break;
+    case Causal::kTopLeft: view.causal_offset = 0; break;
+  }
+  return view;
+}
+
+}  // namespace attn::internal

@@ -1,0 +1,58 @@
+// The one internal interface every kernel implements.
+//
+// The public entry point (dispatch/api.cc) validates the attn::Problem,
+// resolves defaults (scale, value_dim, tiles, threads) and hands the kernel a
+// validated problem. Kernels see attention one head at a time through
+// HeadView: plain pointers and row strides for a single (batch, head) pair,
+// with the causal mask reduced to one offset. Sub-views over a range of
+// query rows or keys (used for query blocks and split-KV) are again
+// HeadViews, so each kernel's per-head code never needs to know about
+// batches, GQA or layouts.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+#include "attn/attn.h"
+
+namespace attn::internal {
+
+// Visible(i, j) <=> j <= i + causal_offset. Without a causal mask the offset
+// is "infinite" (every key visible).
+inline constexpr int64_t kNoCausal = std::numeric_limits<int64_t>::max() / 4;
+
+struct HeadView {
+  const float* q = nullptr;  // [tq][d], row stride q_stride
+  const float* k = nullptr;  // [tk][d], row stride k_stride
+  const float* v = nullptr;  // [tk][dv], row stride v_stride
+  float* out = nullptr;      // [tq][dv], row stride out_stride
+  float* lse = nullptr;      // [tq], stride lse_stride; may be null
+  const float* mask = nullptr;  // additive M[i][j]; may be null
+  int64_t q_stride = 0, k_stride = 0, v_stride = 0, out_stride = 0;
+  int64_t lse_stride = 0, mask_row_stride = 0, mask_col_stride = 0;
+  int64_t tq = 0, tk = 0, d = 0, dv = 0;
+  float scale = 1.0f;
+  int64_t causal_offset = kNoCausal;
+
+  bool Visible(int64_t i, int64_t j) const { return j <= i + causal_offset; }
+
+  // Rows [begin, end) of the queries (and outputs).
+  HeadView Rows(int64_t begin, int64_t end) const;
+  // Keys [begin, end): scores and outputs as if only those keys existed.
+  HeadView Keys(int64_t begin, int64_t end) const;
+};
+
+// The (batch b, query head h) view of a validated problem. GQA maps query
+// head h to key/value head h / (q_heads / kv_heads).
+HeadView MakeHeadView(const Problem& p, int64_t b, int64_t h);
+
+// A resolved run request: tiles with no zero fields, threads >= 1.
+struct RunConfig {
+  Tiles tiles;
+  int threads = 1;
+};
+
+// Every kernel: computes the whole (validated) problem.
+using KernelFn = void (*)(const Problem& problem, const RunConfig& config);
+
+}  // namespace attn::internal

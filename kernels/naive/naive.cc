@@ -1,0 +1,84 @@
+// Naive kernel: the seed's function in scalar float32, one head at a time.
+//
+// Algorithm: materialise the whole T_q x T_k score matrix S = Q·Kᵀ, scale
+// it, apply the mask, softmax each row (row max subtracted first), then
+// O = P·V. Memory traffic: S is written and read twice (4·T_q·T_k bytes per
+// pass), K and V are re-read from memory for every query row. It is the
+// simple, obviously right baseline that every other kernel is tested and
+// benchmarked against; it is not dispatched per SIMD target on purpose.
+#include "kernels/naive/naive.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace attn::internal {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+void NaiveHead(const HeadView& h, std::vector<float>& scores) {
+  scores.resize(h.tq * h.tk);
+  for (int64_t i = 0; i < h.tq; ++i) {
+    const float* q = h.q + i * h.q_stride;
+    float* s = &scores[i * h.tk];
+    for (int64_t j = 0; j < h.tk; ++j) {
+      const float* k = h.k + j * h.k_stride;
+      float dot = 0.0f;
+      for (int64_t c = 0; c < h.d; ++c) dot += q[c] * k[c];
+      float x = dot * h.scale;
+      if (h.mask) x += h.mask[i * h.mask_row_stride + j * h.mask_col_stride];
+      s[j] = h.Visible(i, j) ? x : -kInf;
+    }
+  }
+  for (int64_t i = 0; i < h.tq; ++i) {
+    float* s = &scores[i * h.tk];
+    float* o = h.out + i * h.out_stride;
+    float max = -kInf;
+    bool has_nan = false;
+    for (int64_t j = 0; j < h.tk; ++j) {
+      has_nan |= std::isnan(s[j]);
+      max = s[j] > max ? s[j] : max;
+    }
+    float lse;
+    if (has_nan || max == kInf) {  // softmax undefined: propagate NaN
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      for (int64_t c = 0; c < h.dv; ++c) o[c] = nan;
+      lse = nan;
+    } else if (max == -kInf) {  // fully masked row
+      for (int64_t c = 0; c < h.dv; ++c) o[c] = 0.0f;
+      lse = -kInf;
+    } else {
+      float sum = 0.0f;
+      for (int64_t j = 0; j < h.tk; ++j) {
+        s[j] = std::exp(s[j] - max);
+        sum += s[j];
+      }
+      const float inv = 1.0f / sum;
+      for (int64_t c = 0; c < h.dv; ++c) o[c] = 0.0f;
+      for (int64_t j = 0; j < h.tk; ++j) {
+        if (s[j] == 0.0f) continue;  // masked key: its value is never read
+        const float w = s[j] * inv;
+        const float* v = h.v + j * h.v_stride;
+        for (int64_t c = 0; c < h.dv; ++c) o[c] += w * v[c];
+      }
+      lse = max + std::log(sum);
+    }
+    if (h.lse) h.lse[i * h.lse_stride] = lse;
+  }
+}
+
+}  // namespace
+
+int64_t NaiveScratchBytes(int64_t q_len, int64_t kv_len) {
+  return q_len * kv_len * int64_t{sizeof(float)};
+}
+
+void NaiveAttention(const Problem& p, const RunConfig&) {
+  std::vector<float> scores;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.q_heads; ++h) NaiveHead(MakeHeadView(p, b, h), scores);
+  }
+}
+
+}  // namespace attn::internal

@@ -1,0 +1,121 @@
+// Streaming kernel (flash-attention style online softmax), per Highway
+// target. Include after microkernels-inl.h and softmax-inl.h.
+//
+// Algorithm, per head: queries in blocks of q_block rows (whole panels of P
+// rows, transposed and pre-scaled into Qt once). For each block, stream the
+// keys in tiles of kv_block: for every panel of the block, score the tile
+// (register-blocked outer products), add the mask, update the running
+// max/sum (rescaling the panel's accumulator only where the max grew), and
+// mix the tile's weights into the accumulator Ot. Normalise once at the end.
+// Causal: keys beyond the block's last visible key are never touched, a
+// panel skips tiles wholly above its diagonal, and only tiles crossing it are
+// masked.
+//
+// Memory traffic: K and V are read once per query block (q_block rows share
+// each key tile while it is in L1/L2); Q is read once; O is written once.
+// Extra memory: O(q_block·(d + dv) + kv_block·P) floats, independent of
+// T_k (StreamingScratch).
+#if defined(ATTN_KERNELS_STREAMING_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTN_KERNELS_STREAMING_INL_H_
+#undef ATTN_KERNELS_STREAMING_INL_H_
+#else
+#define ATTN_KERNELS_STREAMING_INL_H_
+#endif
+
+#include <algorithm>
+
+#include "hwy/aligned_allocator.h"
+#include "hwy/highway.h"
+#include "kernels/kernel.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn {
+namespace HWY_NAMESPACE {
+
+// Scratch of one streaming worker, sized for (q_block, kv_block, d, dv).
+class StreamingScratch {
+ public:
+  void Reserve(int64_t q_block, int64_t kv_block, int64_t d, int64_t dv) {
+    const size_t P = PanelWidth();
+    const int64_t panels = (q_block + int64_t(P) - 1) / int64_t(P);
+    Grow(qt_, qt_size_, size_t(panels * d) * P);
+    Grow(ot_, ot_size_, size_t(panels * dv) * P);
+    Grow(st_, st_size_, size_t(kv_block) * P);
+    Grow(stats_, stats_size_, size_t(panels) * 3 * P);
+  }
+  float* qt(int64_t panel, int64_t d) const { return qt_.get() + panel * d * PanelWidth(); }
+  float* ot(int64_t panel, int64_t dv) const { return ot_.get() + panel * dv * PanelWidth(); }
+  float* st() const { return st_.get(); }
+  PanelStats stats(int64_t panel) const {
+    float* base = stats_.get() + panel * 3 * PanelWidth();
+    return PanelStats{base, base + PanelWidth(), base + 2 * PanelWidth()};
+  }
+
+ private:
+  static void Grow(hwy::AlignedFreeUniquePtr<float[]>& p, size_t& size, size_t need) {
+    if (need <= size) return;
+    p = hwy::AllocateAligned<float>(need);
+    if (!p) throw std::bad_alloc();
+    size = need;
+  }
+  hwy::AlignedFreeUniquePtr<float[]> qt_, ot_, st_, stats_;
+  size_t qt_size_ = 0, ot_size_ = 0, st_size_ = 0, stats_size_ = 0;
+};
+
+// One head (or a sub-view of rows/keys of one), normalised output and lse.
+HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
+                              StreamingScratch& scratch) {
+  const int64_t P = int64_t(PanelWidth());
+  const int64_t q_block = std::max<int64_t>(P, (tiles.q_block + P - 1) / P * P);
+  const int64_t kv_block = std::max<int64_t>(1, tiles.kv_block);
+  scratch.Reserve(q_block, kv_block, h.d, h.dv);
+  float* HWY_RESTRICT st = scratch.st();
+
+  for (int64_t q0 = 0; q0 < h.tq; q0 += q_block) {
+    const int64_t rows = std::min(q_block, h.tq - q0);
+    const int64_t panels = (rows + P - 1) / P;
+    for (int64_t p = 0; p < panels; ++p) {
+      const int64_t r0 = q0 + p * P;
+      PackQueryPanel(h.q + r0 * h.q_stride, h.q_stride, std::min(P, h.tq - r0), h.d, h.scale,
+                     scratch.qt(p, h.d));
+      ResetStats(scratch.stats(p));
+      std::fill(scratch.ot(p, h.dv), scratch.ot(p, h.dv) + h.dv * P, 0.0f);
+    }
+    // Keys after the block's last visible key are never read.
+    const int64_t key_end = std::min(h.tk, std::max<int64_t>(0, q0 + rows - 1 + h.causal_offset + 1));
+    for (int64_t j0 = 0; j0 < key_end; j0 += kv_block) {
+      const int64_t tile_keys = std::min(kv_block, key_end - j0);
+      for (int64_t p = 0; p < panels; ++p) {
+        const int64_t r0 = q0 + p * P;
+        const int64_t panel_rows = std::min(P, h.tq - r0);
+        // Keys this panel may see: up to its last row's causal limit.
+        const int64_t visible_end = std::min(j0 + tile_keys,
+                                             std::max<int64_t>(j0, r0 + panel_rows - 1 + h.causal_offset + 1));
+        const int64_t keys = visible_end - j0;
+        if (keys <= 0) continue;  // tile wholly above this panel's diagonal
+        ScoreTile(scratch.qt(p, h.d), h.d, h.k + j0 * h.k_stride, h.k_stride, keys, st);
+        if (h.mask) {
+          AddMaskTile(h.mask + r0 * h.mask_row_stride + j0 * h.mask_col_stride, h.mask_row_stride,
+                      h.mask_col_stride, panel_rows, keys, st);
+        }
+        if (j0 + keys - 1 > r0 + h.causal_offset) {  // tile crosses the diagonal
+          CausalMaskTile(j0, r0 + h.causal_offset, keys, st);
+        }
+        OnlineSoftmaxTile(st, keys, scratch.stats(p), scratch.ot(p, h.dv), h.dv);
+        MixTile(st, keys, h.v + j0 * h.v_stride, h.v_stride, h.dv, scratch.ot(p, h.dv));
+      }
+    }
+    for (int64_t p = 0; p < panels; ++p) {
+      const int64_t r0 = q0 + p * P;
+      FinishPanel(scratch.ot(p, h.dv), scratch.stats(p), std::min(P, h.tq - r0), h.dv,
+                  h.out + r0 * h.out_stride, h.out_stride,
+                  h.lse ? h.lse + r0 * h.lse_stride : nullptr, h.lse_stride);
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard

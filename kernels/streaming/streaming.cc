@@ -1,0 +1,43 @@
+// Streaming kernel entry point: one Highway dispatch per call, then every
+// head runs in the chosen target's code (see streaming-inl.h).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/streaming/streaming.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "hwy/highway.h"
+#include "kernels/common/microkernels-inl.h"
+#include "kernels/common/softmax-inl.h"
+#include "kernels/streaming/streaming-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn {
+namespace HWY_NAMESPACE {
+
+void StreamingAttentionImpl(const Problem& p, const internal::RunConfig& config) {
+  StreamingScratch scratch;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.q_heads; ++h) {
+      StreamingHead(internal::MakeHeadView(p, b, h), config.tiles, scratch);
+    }
+  }
+}
+
+int PanelWidthImpl() { return int(PanelWidth()); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attn {
+HWY_EXPORT(StreamingAttentionImpl);
+HWY_EXPORT(PanelWidthImpl);
+
+namespace internal {
+void StreamingAttention(const Problem& p, const RunConfig& config) {
+  HWY_DYNAMIC_DISPATCH(StreamingAttentionImpl)(p, config);
+}
+int PanelWidth() { return HWY_DYNAMIC_DISPATCH(PanelWidthImpl)(); }
+}  // namespace internal
+}  // namespace attn
+#endif  // HWY_ONCE

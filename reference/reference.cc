@@ -1,0 +1,110 @@
+#include "reference/reference.h"
+
+#include <cmath>
+#include <limits>
+
+namespace attn::reference {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+bool CausallyVisible(const Problem& p, int64_t i, int64_t j) {
+  switch (p.causal) {
+    case Causal::kNone: return true;
+    case Causal::kBottomRight: return j <= (p.kv_len - p.q_len) + i;
+    case Causal::kTopLeft: return j <= i;
+  }
+  return true;
+}
+
+}  // namespace
+
+HeadStages Stages(const Problem& p, int64_t b, int64_t h) {
+  const int64_t tq = p.q_len, tk = p.kv_len, d = p.head_dim, dv = p.ValueDim();
+  const int64_t kv_h = h / (p.q_heads / p.kv_heads);
+  const float* q = p.q.data + b * p.q.batch_stride + h * p.q.head_stride;
+  const float* k = p.k.data + b * p.k.batch_stride + kv_h * p.k.head_stride;
+  const float* v = p.v.data + b * p.v.batch_stride + kv_h * p.v.head_stride;
+  const double scale = p.Scale();
+
+  HeadStages s;
+  s.q_len = tq;
+  s.kv_len = tk;
+  s.value_dim = dv;
+  s.scores.assign(tq * tk, 0.0);
+  s.scaled.assign(tq * tk, 0.0);
+  s.masked.assign(tq * tk, 0.0);
+  s.weights.assign(tq * tk, 0.0);
+  s.out.assign(tq * dv, 0.0);
+  s.lse.assign(tq, 0.0);
+
+  for (int64_t i = 0; i < tq; ++i) {
+    for (int64_t j = 0; j < tk; ++j) {
+      double dot = 0.0;
+      for (int64_t c = 0; c < d; ++c) {
+        dot += double(q[i * p.q.row_stride + c]) * double(k[j * p.k.row_stride + c]);
+      }
+      const int64_t ij = i * tk + j;
+      s.scores[ij] = dot;
+      s.scaled[ij] = dot * scale;
+      double masked = s.scaled[ij];
+      if (p.mask.data) {
+        masked += double(p.mask.data[b * p.mask.batch_stride + h * p.mask.head_stride +
+                                     i * p.mask.row_stride + j * p.mask.col_stride]);
+      }
+      if (!CausallyVisible(p, i, j)) masked = -kInf;
+      s.masked[ij] = masked;
+    }
+
+    const double* row = &s.masked[i * tk];
+    double max = -kInf;
+    bool has_nan = false;
+    for (int64_t j = 0; j < tk; ++j) {
+      if (std::isnan(row[j])) has_nan = true;
+      if (row[j] > max) max = row[j];
+    }
+    double* w = &s.weights[i * tk];
+    double* o = &s.out[i * dv];
+    if (has_nan || max == kInf) {
+      // NaN scores, or +inf - +inf: the softmax is undefined.
+      for (int64_t j = 0; j < tk; ++j) w[j] = kNaN;
+      for (int64_t c = 0; c < dv; ++c) o[c] = kNaN;
+      s.lse[i] = kNaN;
+      continue;
+    }
+    if (max == -kInf) {  // fully masked: weights and out stay 0
+      s.lse[i] = -kInf;
+      continue;
+    }
+    double sum = 0.0;
+    for (int64_t j = 0; j < tk; ++j) {
+      w[j] = std::exp(row[j] - max);
+      sum += w[j];
+    }
+    for (int64_t j = 0; j < tk; ++j) w[j] /= sum;
+    s.lse[i] = max + std::log(sum);
+    for (int64_t j = 0; j < tk; ++j) {
+      if (row[j] == -kInf) continue;  // a masked key's value is never read
+      for (int64_t c = 0; c < dv; ++c) o[c] += w[j] * double(v[j * p.v.row_stride + c]);
+    }
+  }
+  return s;
+}
+
+Result Attention(const Problem& p) {
+  const int64_t dv = p.ValueDim();
+  Result r;
+  r.out.reserve(p.batch * p.q_heads * p.q_len * dv);
+  r.lse.reserve(p.batch * p.q_heads * p.q_len);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.q_heads; ++h) {
+      HeadStages s = Stages(p, b, h);
+      r.out.insert(r.out.end(), s.out.begin(), s.out.end());
+      r.lse.insert(r.lse.end(), s.lse.begin(), s.lse.end());
+    }
+  }
+  return r;
+}
+
+}  // namespace attn::reference

@@ -1,0 +1,174 @@
+#include "tests/test_util.h"
+
+#include <algorithm>
+#include <array>
+#include <cfloat>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <sstream>
+
+namespace attn::test {
+
+std::string Shape::Name() const {
+  std::ostringstream os;
+  os << "B" << batch << "_H" << q_heads << "x" << kv_heads << "_Tq" << tq << "_Tk" << tk << "_d"
+     << d << "_dv" << (dv ? dv : d) << "_causal" << int(causal) << (additive_mask ? "_mask" : "")
+     << (fully_masked_rows ? "_fm" + std::to_string(fully_masked_rows) : "") << "_mag"
+     << magnitude << (layout == Layout::kBTHD ? "_BTHD" : "") << "_pad" << row_padding;
+  return os.str();
+}
+
+namespace {
+constexpr float kSentinel = -12345.0f;
+}
+
+void OwnedProblem::ClearOutputs() {
+  std::fill(out.begin(), out.end(), kSentinel);
+  std::fill(lse.begin(), lse.end(), kSentinel);
+}
+
+OwnedProblem MakeProblem(const Shape& s) {
+  OwnedProblem o;
+  o.shape = s;
+  const int64_t dv = s.dv ? s.dv : s.d;
+  std::mt19937_64 rng(s.seed);
+  std::uniform_real_distribution<float> qk(-s.magnitude, s.magnitude);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+
+  // Each tensor: [B, H, T, cols] in the chosen layout, rows padded.
+  auto layout = [&](int64_t heads, int64_t rows, int64_t cols, std::vector<float>& buf,
+                    auto&& fill) {
+    const int64_t row_len = cols + s.row_padding;
+    buf.assign(size_t(s.batch * heads * rows * row_len), std::nanf(""));  // padding = NaN
+    int64_t bs, hs, rs;
+    if (s.layout == Layout::kBHTD) {
+      rs = row_len; hs = rows * row_len; bs = heads * rows * row_len;
+    } else {
+      hs = row_len; rs = heads * row_len; bs = rows * heads * row_len;
+    }
+    for (int64_t b = 0; b < s.batch; ++b)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < cols; ++c) buf[size_t(b * bs + h * hs + r * rs + c)] = fill();
+    return std::array<int64_t, 3>{bs, hs, rs};
+  };
+  const auto qs = layout(s.q_heads, s.tq, s.d, o.q, [&] { return qk(rng); });
+  const auto ks = layout(s.kv_heads, s.tk, s.d, o.k, [&] { return qk(rng); });
+  const auto vs = layout(s.kv_heads, s.tk, dv, o.v, [&] { return unit(rng); });
+  const auto os = layout(s.q_heads, s.tq, dv, o.out, [] { return 0.0f; });
+  o.lse.assign(size_t(s.batch * s.q_heads * s.tq), 0.0f);
+
+  Problem& p = o.problem;
+  p.batch = s.batch;
+  p.q_heads = s.q_heads;
+  p.kv_heads = s.kv_heads;
+  p.q_len = s.tq;
+  p.kv_len = s.tk;
+  p.head_dim = s.d;
+  if (s.dv) p.value_dim = s.dv;
+  p.q = ConstTensor{o.q.data(), qs[0], qs[1], qs[2]};
+  p.k = ConstTensor{o.k.data(), ks[0], ks[1], ks[2]};
+  p.v = ConstTensor{o.v.data(), vs[0], vs[1], vs[2]};
+  p.out = Tensor{o.out.data(), os[0], os[1], os[2]};
+  p.lse = LseOutput{o.lse.data(), s.q_heads * s.tq, s.tq, 1};
+  p.causal = s.causal;
+  if (s.additive_mask) {
+    // One [tq, tk] mask broadcast over batch and heads (stride 0), with ~10%
+    // -inf entries and the first fully_masked_rows rows entirely -inf.
+    o.mask.resize(size_t(s.tq * s.tk));
+    std::uniform_real_distribution<float> m(-2.0f, 2.0f);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    for (int64_t i = 0; i < s.tq; ++i)
+      for (int64_t j = 0; j < s.tk; ++j) {
+        float x = u(rng) < 0.1f ? -std::numeric_limits<float>::infinity() : m(rng);
+        if (i < s.fully_masked_rows) x = -std::numeric_limits<float>::infinity();
+        o.mask[size_t(i * s.tk + j)] = x;
+      }
+    p.mask = AdditiveMask{o.mask.data(), 0, 0, s.tk, 1};
+  }
+  o.ClearOutputs();
+  return o;
+}
+
+namespace {
+double Diff(double got, double want) {
+  if (std::isnan(want) || std::isnan(got)) {
+    return std::isnan(want) && std::isnan(got) ? 0.0 : std::numeric_limits<double>::infinity();
+  }
+  if (std::isinf(want) || std::isinf(got)) {
+    return got == want ? 0.0 : std::numeric_limits<double>::infinity();
+  }
+  return std::fabs(got - want);
+}
+}  // namespace
+
+Errors MaxErrors(const Problem& p, const reference::Result& ref) {
+  Errors e;
+  const int64_t dv = p.ValueDim();
+  size_t r = 0, l = 0;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.q_heads; ++h)
+      for (int64_t i = 0; i < p.q_len; ++i) {
+        const float* o = p.out.data + b * p.out.batch_stride + h * p.out.head_stride +
+                         i * p.out.row_stride;
+        for (int64_t c = 0; c < dv; ++c) e.out = std::max(e.out, Diff(o[c], ref.out[r++]));
+        if (p.lse.data) {
+          const float got = p.lse.data[b * p.lse.batch_stride + h * p.lse.head_stride +
+                                       i * p.lse.row_stride];
+          e.lse = std::max(e.lse, Diff(got, ref.lse[l]));
+        }
+        ++l;
+      }
+  return e;
+}
+
+// The error bound.
+//
+// Every kernel evaluates the same formula in float32; they differ only in
+// summation order (blocked tiles, register accumulators, split-KV merges),
+// in folding the scale into Q before the dot product, and in the exp
+// (Highway's hn::Exp, <= 1 ULP, vs libm's). To first order each of these
+// perturbs the same quantities as the naive kernel's own rounding does
+// (the d-term dot products, the T_k-term softmax sum and mix), with a
+// comparable magnitude, so the naive kernel's measured error on the very
+// same input is the natural yardstick: a kernel may be at most 4x worse.
+// The floor of 16 float ULPs of the largest |V| (the output is a convex
+// combination of V rows, so |out| <= max|V|) covers inputs where the naive
+// kernel happens to be exact (T_k = 1, equal scores, fully masked rows)
+// while a reordered sum is off by a few ULPs. For lse the floor is 16 ULPs
+// of max(1, |lse|). Bound-tightness is tested in kernels_test.cc (an
+// off-by-one key and a 0.1% scale error both exceed it).
+Bound BoundFromNaive(const Errors& naive, const Problem& p, const reference::Result& ref) {
+  double max_v = 0.0;
+  for (double x : ref.out) {
+    if (std::isfinite(x)) max_v = std::max(max_v, std::fabs(x));
+  }
+  // |out| <= max|V|; use the V tensor itself for the floor.
+  const int64_t dv = p.ValueDim();
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.kv_heads; ++h)
+      for (int64_t j = 0; j < p.kv_len; ++j) {
+        const float* v = p.v.data + b * p.v.batch_stride + h * p.v.head_stride +
+                         j * p.v.row_stride;
+        for (int64_t c = 0; c < dv; ++c) {
+          if (std::isfinite(v[c])) max_v = std::max(max_v, double(std::fabs(v[c])));
+        }
+      }
+  double max_lse = 1.0;
+  for (double x : ref.lse) {
+    if (std::isfinite(x)) max_lse = std::max(max_lse, std::fabs(x));
+  }
+  Bound b;
+  b.out = 4.0 * naive.out + 16.0 * FLT_EPSILON * max_v;
+  b.lse = 4.0 * naive.lse + 16.0 * FLT_EPSILON * max_lse;
+  return b;
+}
+
+Errors RunAndCompare(OwnedProblem& owned, const reference::Result& ref, const Options& options) {
+  owned.ClearOutputs();
+  attention(owned.problem, options);
+  return MaxErrors(owned.problem, ref);
+}
+
+}  // namespace attn::test

@@ -1,0 +1,63 @@
+// Shared test helpers: random problems with owned buffers, comparison
+// against the float64 reference, and the error bound every kernel test uses.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "attn/attn.h"
+#include "reference/reference.h"
+
+namespace attn::test {
+
+enum class Layout { kBHTD, kBTHD };
+
+struct Shape {
+  int64_t batch = 1, q_heads = 1, kv_heads = 1;
+  int64_t tq = 1, tk = 1, d = 1, dv = 0;  // dv 0: = d
+  Causal causal = Causal::kNone;
+  bool additive_mask = false;   // random finite mask with some -inf entries
+  int fully_masked_rows = 0;    // rows of the additive mask set to all -inf
+  float magnitude = 1.0f;       // Q and K entries uniform in ±magnitude
+  Layout layout = Layout::kBHTD;
+  int64_t row_padding = 0;      // extra floats after every row of Q, K, V, O
+  uint64_t seed = 1;
+  std::string Name() const;
+};
+inline void PrintTo(const Shape& s, std::ostream* os) { *os << s.Name(); }
+
+// A problem with its own buffers (the Problem points into them).
+struct OwnedProblem {
+  Shape shape;
+  std::vector<float> q, k, v, mask, out, lse;
+  Problem problem;
+  // Fills out/lse with a sentinel so that untouched entries are detectable.
+  void ClearOutputs();
+};
+OwnedProblem MakeProblem(const Shape& shape);
+
+// Largest |out - ref| over all outputs (read through the problem's strides)
+// and over lse. NaN in both counts as equal; NaN in one only, or a mismatch
+// of infinities, counts as +inf.
+struct Errors {
+  double out = 0.0;
+  double lse = 0.0;
+};
+Errors MaxErrors(const Problem& p, const reference::Result& ref);
+
+// The bound a kernel's error must meet on a problem (see test_util.cc for
+// the justification): a few times the naive float32 kernel's own error on
+// the same input, plus a floor of a few ULPs of the output magnitude.
+struct Bound {
+  double out = 0.0;
+  double lse = 0.0;
+};
+Bound BoundFromNaive(const Errors& naive, const Problem& p, const reference::Result& ref);
+
+// Runs `kernel` with `options` on `owned` (outputs cleared first) and
+// returns its errors against `ref`.
+Errors RunAndCompare(OwnedProblem& owned, const reference::Result& ref, const Options& options);
+
+}  // namespace attn::test
