@@ -31,12 +31,14 @@ struct ConstTensor {
   int64_t row_stride = 0;
 };
 
-// The writable counterpart, for O.
+// The writable counterpart, for O. Converts to ConstTensor, so that
+// DenseBHTD(non_const_pointer, ...) also serves for Q, K and V.
 struct Tensor {
   float* data = nullptr;
   int64_t batch_stride = 0;
   int64_t head_stride = 0;
   int64_t row_stride = 0;
+  operator ConstTensor() const { return {data, batch_stride, head_stride, row_stride}; }
 };
 
 // Dense row-major [B, H, T, cols] strides.

@@ -41,10 +41,14 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-constexpr size_t kPanelVectors = 2;
+#ifndef ATTN_NV
+#define ATTN_NV 2
+#define ATTN_MR 6
+#endif
+constexpr size_t kPanelVectors = ATTN_NV;
 #if HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR || \
     (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3)
-constexpr int kRows = 6;  // 16 vector registers
+constexpr int kRows = ATTN_MR;  // 16 vector registers
 #else
 constexpr int kRows = 12;  // 32 vector registers
 #endif
@@ -73,20 +77,29 @@ HWY_INLINE void ScoreRows(const float* HWY_RESTRICT qt, int64_t d,
   const DF df;
   const size_t N = hn::Lanes(df);
   const size_t P = PanelWidth();
-  VF acc0[R], acc1[R];
-  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = hn::Zero(df);
+  VF acc[R][kPanelVectors];
+  for (int r = 0; r < R; ++r)
+    for (size_t n = 0; n < kPanelVectors; ++n) acc[r][n] = hn::Zero(df);
   for (int64_t c = 0; c < d; ++c) {
-    const VF q0 = hn::Load(df, qt + c * P);
-    const VF q1 = hn::Load(df, qt + c * P + N);
+    VF q[kPanelVectors];
+    for (size_t n = 0; n < kPanelVectors; ++n) q[n] = hn::Load(df, qt + c * P + n * N);
     for (int r = 0; r < R; ++r) {
       const VF kb = hn::Set(df, k[r * k_stride + c]);
-      acc0[r] = hn::MulAdd(kb, q0, acc0[r]);
-      acc1[r] = hn::MulAdd(kb, q1, acc1[r]);
+      for (size_t n = 0; n < kPanelVectors; ++n) acc[r][n] = hn::MulAdd(kb, q[n], acc[r][n]);
     }
   }
-  for (int r = 0; r < R; ++r) {
-    hn::Store(acc0[r], df, st + r * P);
-    hn::Store(acc1[r], df, st + r * P + N);
+  for (int r = 0; r < R; ++r)
+    for (size_t n = 0; n < kPanelVectors; ++n) hn::Store(acc[r][n], df, st + r * P + n * N);
+}
+
+// The last `rest` (< kRows) keys of a tile.
+template <int R>
+HWY_INLINE void ScoreRowsTail(int64_t rest, const float* HWY_RESTRICT qt, int64_t d,
+                              const float* HWY_RESTRICT k, int64_t k_stride,
+                              float* HWY_RESTRICT st) {
+  if constexpr (R > 0) {
+    if (rest == R) return ScoreRows<R>(qt, d, k, k_stride, st);
+    ScoreRowsTail<R - 1>(rest, qt, d, k, k_stride, st);
   }
 }
 
@@ -99,23 +112,7 @@ HWY_INLINE void ScoreTile(const float* HWY_RESTRICT qt, int64_t d,
   for (; j + kRows <= keys; j += kRows) {
     ScoreRows<kRows>(qt, d, k + j * k_stride, k_stride, st + j * P);
   }
-  const int64_t rest = keys - j;
-  const float* kj = k + j * k_stride;
-  float* sj = st + j * P;
-  switch (rest) {
-#define ATTN_SCORE_CASE(R) \
-  case R: ScoreRows<R>(qt, d, kj, k_stride, sj); break;
-    ATTN_SCORE_CASE(1) ATTN_SCORE_CASE(2) ATTN_SCORE_CASE(3)
-    ATTN_SCORE_CASE(4) ATTN_SCORE_CASE(5)
-#if HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR || \
-    (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3)
-#else
-    ATTN_SCORE_CASE(6) ATTN_SCORE_CASE(7) ATTN_SCORE_CASE(8)
-    ATTN_SCORE_CASE(9) ATTN_SCORE_CASE(10) ATTN_SCORE_CASE(11)
-#endif
-#undef ATTN_SCORE_CASE
-    default: break;
-  }
+  ScoreRowsTail<kRows - 1>(keys - j, qt, d, k + j * k_stride, k_stride, st + j * P);
 }
 
 // Ot[c0 + r][:] += Σ_j v[j][c0 + r] · Pt[j][:] for R value columns.
@@ -126,22 +123,34 @@ HWY_INLINE void MixColumns(const float* HWY_RESTRICT pt, int64_t keys,
   const DF df;
   const size_t N = hn::Lanes(df);
   const size_t P = PanelWidth();
-  VF acc0[R], acc1[R];
-  for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = hn::Zero(df);
+  VF acc[R][kPanelVectors];
+  for (int r = 0; r < R; ++r)
+    for (size_t n = 0; n < kPanelVectors; ++n) acc[r][n] = hn::Zero(df);
   for (int64_t j = 0; j < keys; ++j) {
-    const VF p0 = hn::Load(df, pt + j * P);
-    const VF p1 = hn::Load(df, pt + j * P + N);
+    VF p[kPanelVectors];
+    for (size_t n = 0; n < kPanelVectors; ++n) p[n] = hn::Load(df, pt + j * P + n * N);
     const float* HWY_RESTRICT vj = v + j * v_stride;
     for (int r = 0; r < R; ++r) {
       const VF vb = hn::Set(df, vj[r]);
-      acc0[r] = hn::MulAdd(vb, p0, acc0[r]);
-      acc1[r] = hn::MulAdd(vb, p1, acc1[r]);
+      for (size_t n = 0; n < kPanelVectors; ++n) acc[r][n] = hn::MulAdd(vb, p[n], acc[r][n]);
     }
   }
   for (int r = 0; r < R; ++r) {
-    float* HWY_RESTRICT o = ot + r * P;
-    hn::Store(hn::Add(hn::Load(df, o), acc0[r]), df, o);
-    hn::Store(hn::Add(hn::Load(df, o + N), acc1[r]), df, o + N);
+    for (size_t n = 0; n < kPanelVectors; ++n) {
+      float* HWY_RESTRICT o = ot + r * P + n * N;
+      hn::Store(hn::Add(hn::Load(df, o), acc[r][n]), df, o);
+    }
+  }
+}
+
+// The last `rest` (< kRows) value columns.
+template <int R>
+HWY_INLINE void MixColumnsTail(int64_t rest, const float* HWY_RESTRICT pt, int64_t keys,
+                               const float* HWY_RESTRICT v, int64_t v_stride,
+                               float* HWY_RESTRICT ot) {
+  if constexpr (R > 0) {
+    if (rest == R) return MixColumns<R>(pt, keys, v, v_stride, ot);
+    MixColumnsTail<R - 1>(rest, pt, keys, v, v_stride, ot);
   }
 }
 
@@ -154,23 +163,7 @@ HWY_INLINE void MixTile(const float* HWY_RESTRICT pt, int64_t keys,
   for (; c + kRows <= dv; c += kRows) {
     MixColumns<kRows>(pt, keys, v + c, v_stride, ot + c * P);
   }
-  const int64_t rest = dv - c;
-  const float* vc = v + c;
-  float* oc = ot + c * P;
-  switch (rest) {
-#define ATTN_MIX_CASE(R) \
-  case R: MixColumns<R>(pt, keys, vc, v_stride, oc); break;
-    ATTN_MIX_CASE(1) ATTN_MIX_CASE(2) ATTN_MIX_CASE(3)
-    ATTN_MIX_CASE(4) ATTN_MIX_CASE(5)
-#if HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR || \
-    (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3)
-#else
-    ATTN_MIX_CASE(6) ATTN_MIX_CASE(7) ATTN_MIX_CASE(8)
-    ATTN_MIX_CASE(9) ATTN_MIX_CASE(10) ATTN_MIX_CASE(11)
-#endif
-#undef ATTN_MIX_CASE
-    default: break;
-  }
+  MixColumnsTail<kRows - 1>(dv - c, pt, keys, v + c, v_stride, ot + c * P);
 }
 
 // Adds the additive mask to a score tile: St[j][i] += M[row0 + i][j] for the
