@@ -1,0 +1,247 @@
+// attn-bench: Google Benchmark driver for the attn kernels and an OpenBLAS
+// baseline. See bench/README.md for names and counters.
+#include <benchmark/benchmark.h>
+#include <time.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attn/attn.h"
+#include "bench/peak.h"
+#ifdef ATTN_BENCH_HAVE_BLAS
+#include "bench/blas_baseline.h"
+#endif
+
+namespace {
+
+struct Case {
+  std::string kernel;  // "naive", ..., "auto", or "blas"
+  attn::KernelId id = attn::KernelId::kAuto;
+  int64_t T = 0;
+  int64_t d = 0;
+  bool causal = false;
+  int threads = 1;
+
+  std::string Name() const {
+    return kernel + "/T:" + std::to_string(T) + "/d:" + std::to_string(d) +
+           "/causal:" + (causal ? "1" : "0") + "/threads:" + std::to_string(threads);
+  }
+  // Useful FLOPs: Q·Kᵀ and P·V, 2·T·T·d each; half the pairs when causal.
+  double Flops() const {
+    const double f = 4.0 * double(T) * double(T) * double(d);
+    return causal ? 0.5 * f : f;
+  }
+};
+
+// FP32 FMA peak (GFLOP/s) by thread count, measured once at start-up.
+std::map<int, double> g_peak_gflops;
+
+std::vector<float> RandomUniform(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& e : x) e = dist(rng);
+  return x;
+}
+
+// Seconds of CPU time the calling thread has used.
+double ThreadCpuSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
+// Times the benchmark's timed loop both ways (see SetCounters).
+class LoopClock {
+ public:
+  LoopClock() : wall0_(std::chrono::steady_clock::now()), cpu0_(ThreadCpuSeconds()) {}
+  double WallSeconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0_).count();
+  }
+  double CpuSeconds() const { return ThreadCpuSeconds() - cpu0_; }
+
+ private:
+  std::chrono::steady_clock::time_point wall0_;
+  double cpu0_;
+};
+
+// GFLOPS = useful FLOPs x iterations / seconds x 1e-9, and peak_frac =
+// GFLOPS / the probe's peak for the same thread count. Time basis:
+// - threads:1 rows: the benchmark thread's CPU time, the same basis as Google
+//   Benchmark's kIsRate counters and its "CPU" column. All the work runs on
+//   this thread, so that is the kernel's work time, immune to other
+//   processes preempting it on a shared machine (as is the peak probe).
+// - threads:n>1 rows: wall-clock time (the "Time" column): the main thread's
+//   CPU time would hide a worker that was descheduled or that it slept on.
+//   (UseRealTime() would do this too, but appends "/real_time" to names.)
+// Both are plain counters computed here, so neither prints a "/s" suffix.
+void SetCounters(benchmark::State& state, const Case& c, const LoopClock& clock) {
+  const double seconds = c.threads == 1 ? clock.CpuSeconds() : clock.WallSeconds();
+  if (state.iterations() == 0 || seconds <= 0.0) return;
+  const double gflops = c.Flops() * double(state.iterations()) / seconds * 1e-9;
+  state.counters["GFLOPS"] = benchmark::Counter(gflops);
+  const auto peak = g_peak_gflops.find(c.threads);
+  if (peak != g_peak_gflops.end() && peak->second > 0.0) {
+    state.counters["peak_frac"] = benchmark::Counter(gflops / peak->second);
+  }
+}
+
+void RunCase(benchmark::State& state, const Case& c) {
+  const size_t n = size_t(c.T * c.d);
+  const std::vector<float> q = RandomUniform(n, 1), k = RandomUniform(n, 2),
+                           v = RandomUniform(n, 3);
+  std::vector<float> out(n, 0.0f);
+
+#ifdef ATTN_BENCH_HAVE_BLAS
+  if (c.kernel == "blas") {
+    std::vector<float> s(size_t(c.T * c.T));
+    const LoopClock clock;
+    for (auto _ : state) {
+      attn_bench::BlasAttention(q.data(), k.data(), v.data(), s.data(), out.data(), c.T, c.T,
+                                c.d, c.causal, c.threads);
+      benchmark::DoNotOptimize(out.data());
+      benchmark::ClobberMemory();
+    }
+    SetCounters(state, c, clock);
+    return;
+  }
+#endif
+
+  attn::Problem p;
+  p.batch = 1;
+  p.q_heads = p.kv_heads = 1;
+  p.q_len = p.kv_len = c.T;
+  p.head_dim = c.d;
+  p.q = attn::DenseBHTD(static_cast<const float*>(q.data()), 1, c.T, c.d);
+  p.k = attn::DenseBHTD(static_cast<const float*>(k.data()), 1, c.T, c.d);
+  p.v = attn::DenseBHTD(static_cast<const float*>(v.data()), 1, c.T, c.d);
+  p.out = attn::DenseBHTD(out.data(), 1, c.T, c.d);
+  p.causal = c.causal ? attn::Causal::kTopLeft : attn::Causal::kNone;
+  attn::Options options;
+  options.kernel = c.id;
+  options.threads = c.threads;
+
+  const LoopClock clock;
+  for (auto _ : state) {
+    try {
+      attn::attention(p, options);
+    } catch (const std::exception& e) {
+      state.SkipWithError(e.what());
+      break;
+    }
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  SetCounters(state, c, clock);
+}
+
+std::vector<Case> DefaultCases() {
+  const int64_t kT[] = {128, 512, 2048};
+  const int64_t kD[] = {64, 128};
+  struct Kernel {
+    const char* name;
+    attn::KernelId id;
+    std::vector<int> threads;
+    int64_t max_T;
+  };
+  std::vector<Kernel> kernels = {
+      {"naive", attn::KernelId::kNaive, {1}, 2048},  // scalar: slow, T <= 2048
+      {"blocked", attn::KernelId::kBlocked, {1}, 1 << 30},
+      {"streaming", attn::KernelId::kStreaming, {1}, 1 << 30},
+      {"parallel", attn::KernelId::kParallel, {1, 2}, 1 << 30},
+      {"auto", attn::KernelId::kAuto, {1, 2}, 1 << 30},
+  };
+#ifdef ATTN_BENCH_HAVE_BLAS
+  // Last, so OpenBLAS's worker threads never idle-spin during attn cases.
+  kernels.push_back({"blas", attn::KernelId::kAuto, {1, 2}, 1 << 30});
+#endif
+  std::vector<Case> cases;
+  for (const Kernel& kern : kernels) {
+    for (int64_t T : kT) {
+      if (T > kern.max_T) continue;
+      for (int64_t d : kD) {
+        for (bool causal : {false, true}) {
+          for (int threads : kern.threads) {
+            Case c;
+            c.kernel = kern.name;
+            c.id = kern.id;
+            c.T = T;
+            c.d = d;
+            c.causal = causal;
+            c.threads = threads;
+            cases.push_back(c);
+          }
+        }
+      }
+    }
+  }
+  return cases;
+}
+
+bool HasFlag(int argc, char** argv, const char* prefix) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], prefix, std::strlen(prefix)) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Default --benchmark_min_time (seconds per case); an explicit flag wins.
+  std::vector<char*> args(argv, argv + argc);
+  static char kMinTime[] = "--benchmark_min_time=0.5";
+  if (!HasFlag(argc, argv, "--benchmark_min_time")) args.insert(args.begin() + 1, kMinTime);
+  const bool list_only = HasFlag(argc, argv, "--benchmark_list_tests") &&
+                         !HasFlag(argc, argv, "--benchmark_list_tests=false") &&
+                         !HasFlag(argc, argv, "--benchmark_list_tests=0");
+  int args_count = int(args.size());
+  args.push_back(nullptr);
+
+  const std::vector<Case> cases = DefaultCases();
+  for (const Case& c : cases) {
+    benchmark::RegisterBenchmark(c.Name().c_str(),
+                                 [c](benchmark::State& state) { RunCase(state, c); })
+        ->Unit(benchmark::kMicrosecond);
+  }
+  benchmark::Initialize(&args_count, args.data());
+  if (benchmark::ReportUnrecognizedArguments(args_count, args.data())) return 1;
+
+  if (!list_only) {
+    // Applies ATTN_TARGET first, so the probe dispatches like the kernels.
+    const std::string target = attn::CurrentTarget();
+    std::map<int, bool> wanted;
+    for (const Case& c : cases) wanted[c.threads] = true;
+    std::map<int, attn_bench::Peak> peaks;
+    for (const auto& w : wanted) {
+      peaks[w.first] = attn_bench::MeasurePeak(w.first);
+      g_peak_gflops[w.first] = peaks[w.first].gflops;
+    }
+    const size_t lanes = attn_bench::PeakProbeLanes();
+    std::fprintf(stderr, "attn-bench: SIMD target %s (%zu float lanes)\n", target.c_str(), lanes);
+    benchmark::AddCustomContext("attn_target", target);
+    benchmark::AddCustomContext("peak_probe_lanes", std::to_string(lanes));
+    for (const auto& pk : peaks) {
+      const int n = pk.first;
+      std::fprintf(stderr,
+                   "attn-bench: FP32 FMA peak, %d thread%s: %.1f GFLOP/s "
+                   "(concurrent wall clock: %.1f GFLOP/s)\n",
+                   n, n == 1 ? "" : "s", pk.second.gflops, pk.second.wall_gflops);
+      char value[32];
+      std::snprintf(value, sizeof(value), "%.2f", pk.second.gflops);
+      benchmark::AddCustomContext("peak_gflops_threads_" + std::to_string(n), value);
+      std::snprintf(value, sizeof(value), "%.2f", pk.second.wall_gflops);
+      benchmark::AddCustomContext("peak_wall_gflops_threads_" + std::to_string(n), value);
+    }
+  }
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,28 @@
+// FP32 FMA peak probe for attn-bench: many independent MulAdd chains on the
+// SIMD target Highway picks at run time (the same dispatch, and the same
+// ATTN_TARGET / attn::ForceTarget narrowing, as the attn kernels).
+#pragma once
+
+#include <cstddef>
+
+namespace attn_bench {
+
+// float lanes per vector of the target the probe runs on now.
+size_t PeakProbeLanes();
+
+struct Peak {
+  // Σ over the threads of each thread's FLOPs / its own CPU time: the FMA
+  // peak of `threads` cores, unaffected by other processes preempting the
+  // probe (the bench machine may be shared).
+  double gflops = 0.0;
+  // Total FLOPs / wall time of the concurrent run: what the threads really
+  // got together (below `gflops` when cores are busy with other work).
+  double wall_gflops = 0.0;
+};
+
+// FP32 throughput in GFLOP/s (an FMA counts 2 FLOPs) of `threads` threads
+// running the probe concurrently, each for about `seconds` of CPU time; the
+// best of `repeats` runs (each field maximised separately).
+Peak MeasurePeak(int threads, double seconds = 0.2, int repeats = 4);
+
+}  // namespace attn_bench
