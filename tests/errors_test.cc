@@ -492,15 +492,10 @@ TEST(Errors, NaiveKernelRefusesAHugeScoreMatrix) {
   for (float x : out) ASSERT_EQ(x, kSentinel);
 }
 
-// SUSPECTED LIBRARY BUG (disabled until fixed; see the report of the commit
-// that added it): internal::NaiveScratchBytes computes q_len * kv_len * 4 in
-// int64 without an overflow check. For q_len = kv_len = 2^31 the product is
-// 2^64, which wraps to 0 (signed overflow, UB), so the 1 GiB guard passes and
-// the naive kernel throws std::length_error from std::vector::resize instead
-// of attn::Error. The inputs pass validation (their spans fit in 64 bits),
-// the pointers are dummies that are never read because the kernel fails
-// before touching data.
-TEST(Errors, DISABLED_NaiveScoreCountOverflowIsRejected) {
+// q_len * kv_len * 4 overflows int64 here (2^64): the naive kernel's size
+// guard must see that, not a wrapped 0. The inputs pass validation (their
+// spans fit in 64 bits); the pointers are dummies, never read.
+TEST(Errors, NaiveScoreCountOverflowIsRejected) {
   const int64_t t = int64_t{1} << 31;
   Problem p;
   p.q_len = p.kv_len = t;

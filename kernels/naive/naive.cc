@@ -51,13 +51,16 @@ void NaiveHead(const HeadView& h, std::vector<float>& scores) {
     } else {
       float sum = 0.0f;
       for (int64_t j = 0; j < h.tk; ++j) {
-        s[j] = std::exp(s[j] - max);
+        // A masked key's weight is -0, so the mix below can skip it (its
+        // value is never read) without skipping visible keys whose weight
+        // merely underflowed to +0.
+        s[j] = s[j] == -kInf ? -0.0f : std::exp(s[j] - max);
         sum += s[j];
       }
       const float inv = 1.0f / sum;
       for (int64_t c = 0; c < h.dv; ++c) o[c] = 0.0f;
       for (int64_t j = 0; j < h.tk; ++j) {
-        if (s[j] == 0.0f) continue;  // masked key: its value is never read
+        if (std::signbit(s[j])) continue;  // masked key
         const float w = s[j] * inv;
         const float* v = h.v + j * h.v_stride;
         for (int64_t c = 0; c < h.dv; ++c) o[c] += w * v[c];
@@ -71,7 +74,12 @@ void NaiveHead(const HeadView& h, std::vector<float>& scores) {
 }  // namespace
 
 int64_t NaiveScratchBytes(int64_t q_len, int64_t kv_len) {
-  return q_len * kv_len * int64_t{sizeof(float)};
+  int64_t bytes;
+  if (__builtin_mul_overflow(q_len, kv_len, &bytes) ||
+      __builtin_mul_overflow(bytes, int64_t{sizeof(float)}, &bytes)) {
+    return std::numeric_limits<int64_t>::max();
+  }
+  return bytes;
 }
 
 void NaiveAttention(const Problem& p, const RunConfig&) {
