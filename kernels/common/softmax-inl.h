@@ -8,11 +8,10 @@
 // Special rows follow the reference (reference/reference.h):
 // - fully masked (max = -inf): exp is taken relative to 0 instead of -inf, so
 //   every weight is exp(-inf) = 0, the sum stays 0, and Finish writes out 0,
-//   lse -inf. (hn::Exp(-inf - -inf) = Exp(NaN) would also give 0, but we do
-//   not lean on that.)
-// - NaN anywhere in x = s - max (a NaN score, or +inf - +inf): hn::Exp
-//   returns 0 for NaN, which would silently drop it, so a per-row flag
-//   records it and Finish writes NaN.
+//   lse -inf.
+// - NaN anywhere in x = s - max (a NaN score, or +inf - +inf): the exp below
+//   gives no meaningful value for NaN (and hn::Exp would give 0, silently
+//   dropping it), so a per-row flag records it and Finish writes NaN.
 #if defined(ATTN_KERNELS_COMMON_SOFTMAX_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_KERNELS_COMMON_SOFTMAX_INL_H_
 #undef ATTN_KERNELS_COMMON_SOFTMAX_INL_H_
@@ -23,13 +22,41 @@
 #include <cmath>
 #include <limits>
 
-#include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+
+// e^x for the softmax's x = s - max <= 0 (also -inf, and NaN, for which it
+// returns garbage that the NaN flag overrides). Highway's hn::Exp handles
+// the whole float range with ~45 instructions a vector; here x <= 0 allows
+// 2^(x·log2 e) = 2^n · 2^f, n = round, f in [-1/2, 1/2], with a degree-7
+// Taylor polynomial for 2^f (truncation error 5e-9, below float rounding)
+// and 2^n as a float built from its exponent bits: 18 instructions. Lanes
+// with x·log2 e < -126 (weights below 2^-126 of the row max, irrelevant to
+// any sum) give 0, as does x = -inf.
+HWY_INLINE VF ExpNonPositive(VF x) {
+  const DF df;
+  const hn::RebindToSigned<DF> di;
+  const VF x2 = hn::Mul(x, hn::Set(df, 1.44269504088896341f));
+  const VF n = hn::Round(x2);
+  const VF f = hn::Sub(x2, n);
+  VF p = hn::Set(df, 1.525273380405984e-05f);
+  p = hn::MulAdd(p, f, hn::Set(df, 1.5403530393381606e-04f));
+  p = hn::MulAdd(p, f, hn::Set(df, 1.3333558146428443e-03f));
+  p = hn::MulAdd(p, f, hn::Set(df, 9.618129107628477e-03f));
+  p = hn::MulAdd(p, f, hn::Set(df, 5.550410866482158e-02f));
+  p = hn::MulAdd(p, f, hn::Set(df, 2.402265069591007e-01f));
+  p = hn::MulAdd(p, f, hn::Set(df, 6.931471805599453e-01f));
+  p = hn::MulAdd(p, f, hn::Set(df, 1.0f));
+  // 2^n for n >= -126 is a normal float: exponent field n + 127.
+  const auto exponent = hn::Add(hn::ConvertTo(di, hn::Max(n, hn::Set(df, -126.0f))),
+                                hn::Set(di, 127));
+  const VF pow2n = hn::BitCast(df, hn::ShiftLeft<23>(exponent));
+  return hn::IfThenZeroElse(hn::Lt(x2, hn::Set(df, -126.0f)), hn::Mul(p, pow2n));
+}
 
 // Running softmax statistics of one panel, stored as arrays of P floats
 // (max, sum, NaN flag as 0/1) so that panels can live side by side in scratch.
@@ -77,8 +104,8 @@ HWY_INLINE VF ExpTile(float* HWY_RESTRICT st, int64_t keys, size_t offset, VF ba
     const VF x0 = hn::Sub(hn::Load(df, s0), base);
     const VF x1 = hn::Sub(hn::Load(df, s1), base);
     nan = hn::Or(nan, hn::Or(hn::IsNaN(x0), hn::IsNaN(x1)));
-    const VF e0 = hn::Exp(df, x0);
-    const VF e1 = hn::Exp(df, x1);
+    const VF e0 = ExpNonPositive(x0);
+    const VF e1 = ExpNonPositive(x1);
     hn::Store(e0, df, s0);
     hn::Store(e1, df, s1);
     sum0 = hn::Add(sum0, e0);
@@ -88,7 +115,7 @@ HWY_INLINE VF ExpTile(float* HWY_RESTRICT st, int64_t keys, size_t offset, VF ba
     float* s0 = st + j * P + offset;
     const VF x0 = hn::Sub(hn::Load(df, s0), base);
     nan = hn::Or(nan, hn::IsNaN(x0));
-    const VF e0 = hn::Exp(df, x0);
+    const VF e0 = ExpNonPositive(x0);
     hn::Store(e0, df, s0);
     sum0 = hn::Add(sum0, e0);
   }
@@ -125,7 +152,7 @@ HWY_INLINE void OnlineSoftmaxTile(float* HWY_RESTRICT st, int64_t keys, const Pa
     if (!hn::AllFalse(df, grew)) {
       // exp(-inf - base) = 0 for lanes seeing their first visible key: their
       // accumulator and sum are 0 anyway.
-      const VF alpha = hn::IfThenElse(grew, hn::Exp(df, hn::Sub(old_max, base)), hn::Set(df, 1.0f));
+      const VF alpha = hn::IfThenElse(grew, ExpNonPositive(hn::Sub(old_max, base)), hn::Set(df, 1.0f));
       sum = hn::Mul(sum, alpha);
       for (int64_t c = 0; c < dv; ++c) {
         float* o = ot + c * P + off;
