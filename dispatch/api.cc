@@ -1,6 +1,4 @@
 // The public entry point: validate, resolve defaults, pick a kernel, run.
-#include <omp.h>
-
 #include <new>
 #include <string>
 
@@ -8,6 +6,7 @@
 #include "dispatch/registry.h"
 #include "dispatch/targets.h"
 #include "dispatch/tiles.h"
+#include "dispatch/tuning.h"
 #include "dispatch/validate.h"
 #include "kernels/naive/naive.h"
 #include "kernels/streaming/streaming.h"
@@ -31,11 +30,17 @@ void attention(const Problem& p, const Options& options) {
   internal::Validate(p);
 
   internal::RunConfig config;
-  config.threads = options.threads > 0 ? options.threads
-                   : omp_in_parallel()  ? 1
-                                        : omp_get_max_threads();
+  config.threads = internal::ResolveThreads(options.threads);
+  const internal::TileInputs in = internal::TileInputsFor(p, config.threads);
   KernelId kernel = options.kernel;
-  if (kernel == KernelId::kAuto) kernel = internal::DefaultKernel(p, config.threads);
+  if (kernel == KernelId::kAuto) {
+    // The tuning table's entry (or bucket) for the shape, else the default rule.
+    const AutoChoice choice = internal::ChooseAuto(in, p.causal, options.tiles);
+    kernel = choice.kernel;
+    config.tiles = choice.tiles;
+  } else {
+    config.tiles = internal::ResolveTiles(options.tiles, in);
+  }
   if (kernel == KernelId::kNaive &&
       internal::NaiveScratchBytes(p.q_len, p.kv_len) > internal::kNaiveMaxScratchBytes) {
     throw Error("kernel", "naive",
@@ -44,15 +49,6 @@ void attention(const Problem& p, const Options& options) {
                     std::to_string(internal::kNaiveMaxScratchBytes >> 20) +
                     " MiB); use streaming or auto, got naive");
   }
-  internal::TileInputs in;
-  in.q_len = p.q_len;
-  in.kv_len = p.kv_len;
-  in.head_dim = p.head_dim;
-  in.value_dim = p.ValueDim();
-  in.heads = p.batch * p.q_heads;
-  in.panel_width = internal::PanelWidth();
-  in.threads = config.threads;
-  config.tiles = internal::ResolveTiles(options.tiles, in);
   if (kernel != KernelId::kParallel) config.threads = 1;
 
   try {
