@@ -54,7 +54,7 @@ void ParallelAttentionImpl(const Problem& p, const internal::RunConfig& config) 
   if (splits == 1) {
 #pragma omp parallel num_threads(threads)
     {
-      StreamingScratch scratch;
+      thread_local StreamingScratch scratch;  // per thread, across calls
 #pragma omp for schedule(dynamic, 1)
       for (int64_t item = 0; item < items; ++item) {
         try {
@@ -75,7 +75,7 @@ void ParallelAttentionImpl(const Problem& p, const internal::RunConfig& config) 
   std::vector<float> partial_lse(size_t(items * splits * q_block));
 #pragma omp parallel num_threads(threads)
   {
-    StreamingScratch scratch;
+    thread_local StreamingScratch scratch;  // per thread, across calls
 #pragma omp for schedule(dynamic, 1)
     for (int64_t unit = 0; unit < items * splits; ++unit) {
       try {
