@@ -59,4 +59,30 @@ HeadView MakeHeadView(const Problem& p, int64_t b, int64_t h) {
   return view;
 }
 
+HeadViews::HeadViews(const Problem& p) : problem_(&p) {
+  const int64_t group = p.q_heads / p.kv_heads;
+  // Top-left causal at T_q = 1 hides keys >= 1 from the query: rows of a
+  // group view would need different limits, so only these two qualify.
+  grouped_ = p.q_len == 1 && group > 1 &&
+             (p.causal == Causal::kNone || p.causal == Causal::kBottomRight);
+  count_ = p.batch * (grouped_ ? p.kv_heads : p.q_heads);
+  rows_ = grouped_ ? group : p.q_len;
+}
+
+HeadView HeadViews::operator[](int64_t index) const {
+  const Problem& p = *problem_;
+  if (!grouped_) return MakeHeadView(p, index / p.q_heads, index % p.q_heads);
+  const int64_t b = index / p.kv_heads, kv_h = index % p.kv_heads;
+  const int64_t group = p.q_heads / p.kv_heads;
+  // Row r of the view is query head kv_h * group + r (its only query row).
+  HeadView view = MakeHeadView(p, b, kv_h * group);
+  view.tq = group;
+  view.q_stride = p.q.head_stride;
+  view.out_stride = p.out.head_stride;
+  view.lse_stride = p.lse.head_stride;
+  view.mask_row_stride = p.mask.head_stride;
+  view.causal_offset = kNoCausal;  // T_q = 1, bottom-right: every key visible
+  return view;
+}
+
 }  // namespace attn::internal

@@ -46,6 +46,26 @@ struct HeadView {
 // head h to key/value head h / (q_heads / kv_heads).
 HeadView MakeHeadView(const Problem& p, int64_t b, int64_t h);
 
+// The independent units of work of a validated problem, as views: one per
+// (batch, query head); or, for grouped-query decode (T_q = 1, query heads
+// sharing K/V, every key visible to the single query), one per (batch, kv
+// head) whose rows are the group's query heads. Then one SIMD panel serves
+// the whole group and each K/V row is read once per group instead of once
+// per query head: decode is bound by reading K and V, and GQA divides that.
+class HeadViews {
+ public:
+  explicit HeadViews(const Problem& problem);
+  int64_t size() const { return count_; }
+  HeadView operator[](int64_t index) const;
+  bool grouped() const { return grouped_; }
+  int64_t rows() const { return rows_; }  // rows per view
+
+ private:
+  const Problem* problem_;
+  bool grouped_;
+  int64_t count_, rows_;
+};
+
 // A resolved run request: tiles with no zero fields, threads >= 1.
 struct RunConfig {
   Tiles tiles;

@@ -151,6 +151,32 @@ std::vector<Shape> Shapes() {
     s.causal = Causal::kNone;
     add(s);
   }
+  // Grouped-query decode (T_q = 1): the group's heads become the rows of
+  // one view, in both layouts, with masks and every causal alignment
+  // (top-left must not be grouped: only key 0 is visible there).
+  for (Causal c : {Causal::kNone, Causal::kBottomRight, Causal::kTopLeft}) {
+    Shape s;
+    s.batch = 2;
+    s.q_heads = 8;
+    s.kv_heads = 2;
+    s.tq = 1;
+    s.tk = 300;
+    s.d = 40;
+    s.causal = c;
+    s.additive_mask = c == Causal::kNone;
+    s.layout = c == Causal::kBottomRight ? Layout::kBTHD : Layout::kBHTD;
+    add(s);
+  }
+  {
+    Shape s;  // MQA decode with more heads than one panel holds
+    s.q_heads = 40;
+    s.kv_heads = 1;
+    s.tq = 1;
+    s.tk = 517;
+    s.d = 64;
+    s.causal = Causal::kBottomRight;
+    add(s);
+  }
   return shapes;
 }
 

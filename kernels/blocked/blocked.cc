@@ -66,11 +66,9 @@ void BlockedAttentionImpl(const Problem& p, const internal::RunConfig& config) {
   auto st = hwy::AllocateAligned<float>(size_t(p.kv_len) * P);
   auto stats = hwy::AllocateAligned<float>(3 * P);
   if (!qt || !ot || !st || !stats) throw std::bad_alloc();
-  for (int64_t b = 0; b < p.batch; ++b) {
-    for (int64_t h = 0; h < p.q_heads; ++h) {
-      BlockedHead(internal::MakeHeadView(p, b, h), config.tiles, qt.get(), ot.get(), st.get(),
-                  stats.get());
-    }
+  const internal::HeadViews views(p);
+  for (int64_t i = 0; i < views.size(); ++i) {
+    BlockedHead(views[i], config.tiles, qt.get(), ot.get(), st.get(), stats.get());
   }
 }
 

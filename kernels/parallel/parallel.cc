@@ -1,8 +1,8 @@
 // Parallel kernel: the streaming kernel's per-head code spread over OpenMP
 // threads.
 //
-// Work items are (batch, head, query block) triples, scheduled dynamically
-// (causal blocks differ in cost). When there are fewer items than threads
+// Work items are (head view, query block) pairs (kernel.h: HeadViews),
+// scheduled dynamically (causal blocks differ in cost). When there are fewer items than threads
 // (decode: one query, few heads) each item's visible key range is also split
 // into tiles.kv_splits parts; every part runs the streaming kernel on its
 // keys into a partial (out, lse) buffer, and the parts are merged through
@@ -35,18 +35,17 @@ namespace HWY_NAMESPACE {
 void ParallelAttentionImpl(const Problem& p, const internal::RunConfig& config) {
   const int64_t P = int64_t(PanelWidth());
   const int64_t q_block = std::max<int64_t>(P, (config.tiles.q_block + P - 1) / P * P);
-  const int64_t q_blocks = (p.q_len + q_block - 1) / q_block;
-  const int64_t heads = p.batch * p.q_heads;
-  const int64_t items = heads * q_blocks;
+  const internal::HeadViews views(p);
+  const int64_t q_blocks = (views.rows() + q_block - 1) / q_block;
+  const int64_t items = views.size() * q_blocks;
   const int splits = std::max(1, config.tiles.kv_splits);
   const int threads = omp_in_parallel() ? 1 : std::max(1, config.threads);
   const int64_t dv = p.ValueDim();
 
   // The item's rows, as a view of its head.
   auto item_view = [&](int64_t item) {
-    const int64_t head = item / q_blocks, block = item % q_blocks;
-    const int64_t q0 = block * q_block, q1 = std::min(p.q_len, q0 + q_block);
-    return internal::MakeHeadView(p, head / p.q_heads, head % p.q_heads).Rows(q0, q1);
+    const int64_t q0 = (item % q_blocks) * q_block;
+    return views[item / q_blocks].Rows(q0, std::min(views.rows(), q0 + q_block));
   };
   // Exceptions must not escape an OpenMP region: keep the first, rethrow.
   std::exception_ptr error;

@@ -17,11 +17,8 @@ void StreamingAttentionImpl(const Problem& p, const internal::RunConfig& config)
   // Kept per thread across calls: short problems (T = 128 is ~80 us) would
   // otherwise spend a visible share in allocation. O(tile) memory per thread.
   thread_local StreamingScratch scratch;
-  for (int64_t b = 0; b < p.batch; ++b) {
-    for (int64_t h = 0; h < p.q_heads; ++h) {
-      StreamingHead(internal::MakeHeadView(p, b, h), config.tiles, scratch);
-    }
-  }
+  const internal::HeadViews views(p);
+  for (int64_t i = 0; i < views.size(); ++i) StreamingHead(views[i], config.tiles, scratch);
 }
 
 int PanelWidthImpl() { return int(PanelWidth()); }
