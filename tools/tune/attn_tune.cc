@@ -1,0 +1,334 @@
+// attn-tune: times every attention kernel and tile configuration on this
+// machine for a grid of shapes, prints the winners, and writes the tuning
+// file that KernelId::kAuto follows (plus an HTML/SVG report).
+#include <omp.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fmt/format.h>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "attn/attn.h"
+#include "attn/tuning.h"
+#include "bench/peak.h"
+#include "dispatch/tuning.h"
+#include "tools/tune/grid.h"
+#include "tools/tune/progress.h"
+#include "tools/tune/report.h"
+#include "tools/tune/shape_tuner.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using attn::internal::TuningEntry;
+using attn::internal::TuningTable;
+using attn_tune::ShapeResult;
+using attn_tune::TuneShape;
+
+constexpr double kQuickBudgetSeconds = 40.0;
+constexpr double kDefaultBudgetSeconds = 300.0;
+
+struct Args {
+  bool quick = false;
+  double budget = 0.0;
+  std::string output;
+  std::string report;
+  std::vector<int> threads;
+  std::string shapes;
+  int heads = 1;
+  std::vector<int64_t> explain;
+  bool causal = false;
+  bool verbose = false;
+};
+
+std::string UtcNow() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return text;
+}
+
+std::string ConfigText(const attn_tune::AttnCandidate& c) {
+  const std::string label = c.Label();
+  const size_t space = label.find(' ');
+  return space == std::string::npos ? "-" : label.substr(space + 1);
+}
+
+// Writes through a temporary file and a rename, so a library loading the
+// table at the same moment sees the old file or the new one, never half.
+void WriteAtomically(const std::string& path, const std::string& text) {
+  const fs::path target(path);
+  if (target.has_parent_path()) fs::create_directories(target.parent_path());
+  const std::string temp = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) {
+      throw std::runtime_error("cannot write '" + temp + "': " + std::strerror(errno));
+    }
+  }
+  fs::rename(temp, target);
+}
+
+int Explain(const Args& args, bool output_given) {
+  if (output_given) {
+    const attn::TuningStatus status = attn::LoadTuningFile(args.output);
+    if (!status.loaded) fmt::print("(no table loaded from {})\n", args.output);
+  } else {
+    const attn::TuningStatus status = attn::CurrentTuning();
+    fmt::print("tuning table: {}\n", status.loaded ? status.path : "none loaded");
+  }
+  const int threads = args.threads.empty() ? 0 : args.threads.front();
+  const attn::AutoChoice c = attn::ExplainChoice(
+      args.explain[0], args.explain[1], args.explain[2],
+      args.causal ? attn::Causal::kBottomRight : attn::Causal::kNone, threads);
+  fmt::print("auto for T_q={} T_k={} d={}{} with {} thread{}:\n", args.explain[0], args.explain[1],
+             args.explain[2], args.causal ? " causal" : "", c.threads, c.threads == 1 ? "" : "s");
+  fmt::print("  kernel  {}\n", attn::KernelName(c.kernel));
+  fmt::print("  tiles   q_block={} kv_block={} kv_splits={}\n", c.tiles.q_block, c.tiles.kv_block,
+             c.tiles.kv_splits);
+  fmt::print("  source  {}\n", c.source);
+  fmt::print("  why     {}\n", c.reason);
+  return 0;
+}
+
+// The table to write: this run's entries, plus those of an existing file
+// for this machine that this run did not re-tune (so tuning a few extra
+// shapes does not throw away the rest).
+TuningTable Merge(TuningTable fresh, const std::string& path, int* kept) {
+  *kept = 0;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return fresh;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string why;
+  const std::optional<TuningTable> old = attn::internal::ParseTuning(text, &why);
+  if (!old || !attn::internal::CheckTuningMachine(*old, fresh.cpu_model, fresh.target).empty() ||
+      old->heads != fresh.heads) {
+    return fresh;  // a file for elsewhere (or broken): replaced whole
+  }
+  for (const TuningEntry& e : old->entries) {
+    const bool retuned = std::any_of(fresh.entries.begin(), fresh.entries.end(), [&](const TuningEntry& f) {
+      return f.shape.q_len == e.shape.q_len && f.shape.kv_len == e.shape.kv_len &&
+             f.shape.head_dim == e.shape.head_dim && f.shape.causal == e.shape.causal &&
+             f.shape.threads == e.shape.threads;
+    });
+    if (!retuned) {
+      fresh.entries.push_back(e);
+      *kept += 1;
+    }
+  }
+  for (const auto& [threads, peak] : old->peak_gflops) fresh.peak_gflops.emplace(threads, peak);
+  std::stable_sort(fresh.entries.begin(), fresh.entries.end(), [](const TuningEntry& a, const TuningEntry& b) {
+    return std::tie(a.shape.threads, a.shape.causal, a.shape.head_dim, a.shape.q_len, a.shape.kv_len) <
+           std::tie(b.shape.threads, b.shape.causal, b.shape.head_dim, b.shape.q_len, b.shape.kv_len);
+  });
+  return fresh;
+}
+
+void PrintTable(const std::vector<ShapeResult>& results, const std::map<int, double>& peaks) {
+  const std::string header =
+      fmt::format("{:<26} {:<10} {:<22} {:>8} {:>6} {:>10} {:>9}", "shape", "winner", "config",
+                  "GFLOP/s", "peak", "vs default", "vs naive");
+  fmt::print("{}\n{}\n", header, std::string(header.size(), '-'));
+  for (const ShapeResult& r : results) {
+    if (!r.HasWinner()) {
+      fmt::print("{:<26} no correct candidate\n", r.shape.Name());
+      continue;
+    }
+    const double seconds = r.WinnerSeconds();
+    const double gflops = r.Gflops(seconds);
+    const auto peak = peaks.find(r.shape.threads);
+    const double fraction = peak != peaks.end() && peak->second > 0 ? gflops / peak->second : 0.0;
+    const double vs_default = r.DefaultSeconds() > 0 ? r.DefaultSeconds() / seconds : 0.0;
+    const double vs_naive = r.naive_seconds / seconds;
+    fmt::print("{:<26} {:<10} {:<22} {:>8.1f} {:>5.0f}% {:>9.2f}x {:>8}\n", r.shape.Name(),
+               attn::KernelName(r.Winner().kernel), ConfigText(r.Winner()), gflops, 100 * fraction,
+               vs_default,
+               fmt::format("{}{:.0f}x", r.naive_extrapolated ? "~" : "", vs_naive));
+  }
+  fmt::print("(~: naive timed on sampled rows, scaled by FLOPs; peak: measured FP32 FMA peak at "
+             "the shape's thread count)\n");
+}
+
+int Tune(const Args& args) {
+  const double budget = args.budget > 0 ? args.budget
+                        : args.quick    ? kQuickBudgetSeconds
+                                        : kDefaultBudgetSeconds;
+  std::vector<int> threads = args.threads;
+  if (threads.empty()) threads.push_back(omp_get_max_threads());
+  std::vector<TuneShape> shapes;
+  try {
+    shapes = !args.shapes.empty() ? attn_tune::ParseShapes(args.shapes, threads)
+             : args.quick        ? attn_tune::QuickGrid(threads)
+                                 : attn_tune::DefaultGrid(threads);
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "attn-tune: {}\n", e.what());
+    return 2;
+  }
+  // The untuned default must be what `auto` does without any table.
+  attn::ClearTuning();
+  const std::string target = attn::CurrentTarget();
+  fmt::print(stderr, "attn-tune: {} shapes, budget {:.0f} s, CPU '{}', target {}, {} head(s)\n",
+             shapes.size(), budget, attn::internal::CpuModel(), target, args.heads);
+  std::map<int, double> peaks;
+  for (int t : std::set<int>(threads.begin(), threads.end())) {
+    peaks[t] = attn_bench::MeasurePeak(t, args.quick ? 0.1 : 0.2, args.quick ? 2 : 4).gflops;
+    fmt::print(stderr, "attn-tune: FP32 FMA peak with {} thread{}: {:.1f} GFLOP/s\n", t,
+               t == 1 ? "" : "s", peaks[t]);
+  }
+
+  attn_tune::Progress progress(shapes.size(), isatty(fileno(stderr)) != 0);
+  std::vector<ShapeResult> results;
+  std::vector<std::string> wrong;
+  // Seconds per (candidate x FLOP) seen so far: the ETA's cost model.
+  double work_done = 0.0, work_seconds = 0.0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const TuneShape& shape = shapes[i];
+    const double left = budget - progress.ElapsedSeconds();
+    attn_tune::ShapeTuneSettings settings;
+    settings.quick = args.quick;
+    settings.heads = args.heads;
+    settings.tuner.max_repeats = args.quick ? 3 : 5;
+    settings.tuner.budget_seconds = std::max(0.05, left / double(shapes.size() - i));
+    settings.min_sample_seconds = args.quick ? 0.002 : 0.005;
+    settings.on_candidate = [&](size_t c, size_t n) { progress.Candidate(c, n); };
+    progress.StartShape(i, shape.Name());
+    const double shape_start = progress.ElapsedSeconds();
+    std::vector<attn_tune::AttnCandidate> candidates = attn_tune::EnumerateCandidates(
+        shape, args.heads, args.quick, attn_tune::NaiveIsCandidate(shape, args.heads));
+    const size_t candidate_count = candidates.size();
+    ShapeResult r = attn_tune::TuneOneShape(shape, settings, std::move(candidates));
+    const double shape_seconds = progress.ElapsedSeconds() - shape_start;
+    work_done += double(candidate_count) * r.flops;
+    work_seconds += shape_seconds;
+
+    for (size_t c = 0; c < r.candidates.size(); ++c) {
+      const attn_tune::Measurement& m = r.tuning.candidates[c];
+      if (m.verdict == attn_tune::Verdict::kWrong) {
+        wrong.push_back(shape.Name() + ": " + r.candidates[c].Label() + ": " + m.reason);
+      }
+      if (args.verbose) {
+        fmt::print(stderr, "    {:<34} {:<17} best {:9.3f} ms  median {:9.3f} ms  {}\n",
+                   r.candidates[c].Label() + (r.candidates[c].is_default ? " (default)" : ""),
+                   attn_tune::VerdictName(m.verdict), 1e3 * m.best, 1e3 * m.median, m.reason);
+      }
+    }
+    // ETA: each remaining shape costs its full candidate sweep at the rate
+    // seen so far, or its budget share, whichever is less.
+    double eta = 0.0;
+    const double left_after = std::max(0.0, budget - progress.ElapsedSeconds());
+    for (size_t j = i + 1; j < shapes.size(); ++j) {
+      const double sweep = work_seconds / std::max(1.0, work_done) * attn_tune::ShapeFlops(shapes[j], args.heads) *
+                           double(candidate_count);
+      eta += std::min(sweep, left_after / double(shapes.size() - i - 1));
+    }
+    std::string summary = shape.Name() + ": ";
+    if (r.HasWinner()) {
+      summary += fmt::format("{} {:.1f} GFLOP/s", r.Winner().Label(), r.Gflops(r.WinnerSeconds()));
+    } else {
+      summary += "no correct candidate";
+    }
+    progress.FinishShape(summary, eta);
+    results.push_back(std::move(r));
+  }
+  progress.Finish();
+
+  PrintTable(results, peaks);
+  for (const std::string& w : wrong) fmt::print(stderr, "attn-tune: WRONG OUTPUT, rejected: {}\n", w);
+
+  TuningTable table;
+  table.library_version = attn::internal::LibraryVersion();
+  table.cpu_model = attn::internal::CpuModel();
+  table.target = target;
+  table.max_threads = omp_get_max_threads();
+  table.heads = args.heads;
+  table.created = UtcNow();
+  table.peak_gflops = peaks;
+  for (const ShapeResult& r : results) {
+    if (r.HasWinner()) table.entries.push_back(attn_tune::ToEntry(r, peaks[r.shape.threads]));
+  }
+  int kept = 0;
+  table = Merge(std::move(table), args.output, &kept);
+  try {
+    WriteAtomically(args.output, attn::internal::SerializeTuning(table));
+    const std::string report =
+        !args.report.empty() ? args.report : fs::path(args.output).replace_extension(".html").string();
+    WriteAtomically(report, attn_tune::RenderReport(table));
+    fmt::print("tuning file: {} ({} shapes{})\nreport:      {}\n", args.output, table.entries.size(),
+               kept ? fmt::format(", {} kept from the previous file", kept) : "", report);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "attn-tune: {}\n", e.what());
+    return 1;
+  }
+  fmt::print("tuned in {}\n", attn_tune::Progress::Clock(progress.ElapsedSeconds()));
+  return wrong.empty() ? 0 : 3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "attn-tune: finds the fastest attention kernel and tiles per shape on this machine and "
+      "writes the tuning file that kernel `auto` follows.\n\n"
+      "Examples:\n"
+      "  attn-tune --quick                     a small grid, under a minute on 2 cores\n"
+      "  attn-tune --budget 600                the full grid (T 1..16k, d 32..256)\n"
+      "  attn-tune --shapes 1:4096:128,512:512:64:1 --threads 1,4\n"
+      "  attn-tune --explain 1 4096 128        what auto picks for that shape, and why\n\n"
+      "The library reads the table from $ATTN_TUNING_FILE, else from the default --output path.",
+      "attn-tune"};
+  Args args;
+  args.output = attn::DefaultTuningPath();
+  app.add_flag("--quick", args.quick, "Tune a small grid (under a minute on 2 cores)");
+  app.add_option("--budget", args.budget,
+                 "Time budget in seconds for the whole run (default 300, quick 40); every shape "
+                 "measures at least its default")
+      ->check(CLI::PositiveNumber);
+  CLI::Option* output = app.add_option("--output", args.output, "Tuning file to write (merged with "
+                                                                "an existing one for this machine)");
+  if (!args.output.empty()) output->default_str(args.output);
+  app.add_option("--report", args.report, "HTML/SVG report to write (default: the output with .html)");
+  app.add_option("--threads", args.threads,
+                 "Thread counts to tune, e.g. 2 or 1,2 (default: OpenMP's maximum)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app.add_option("--shapes", args.shapes,
+                 "Shapes instead of the grid: Tq:Tk:d[:causal],... (causal 0 or 1)");
+  app.add_option("--heads", args.heads, "Heads per tuning problem (batch x heads)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--explain", args.explain,
+                 "Say what auto picks for Tq Tk d (with --causal, --threads) and why; tunes nothing")
+      ->expected(3)
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--causal", args.causal, "With --explain: a causal shape");
+  app.add_flag("--verbose,-v", args.verbose, "Print every candidate's measurement");
+  CLI11_PARSE(app, argc, argv);
+
+  const bool output_given = app.get_option("--output")->count() > 0;
+  try {
+    if (!args.explain.empty()) return Explain(args, output_given);
+    if (args.output.empty()) {
+      fmt::print(stderr, "attn-tune: no default tuning path (neither XDG_CACHE_HOME nor HOME is "
+                         "set); pass --output PATH\n");
+      return 2;
+    }
+    return Tune(args);
+  } catch (const attn::Error& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    return 2;
+  }
+}
