@@ -1,0 +1,166 @@
+// The C API (include/attn/attn_c.h): converts the plain structs to the C++
+// ones and turns every exception into a status plus a thread-local message,
+// because unwinding through a C (or Rust, or ctypes) caller is undefined.
+#include "attn/attn_c.h"
+
+#include <mutex>
+#include <new>
+#include <set>
+#include <string>
+
+#include "attn/attn.h"
+#include "attn/tuning.h"
+
+namespace {
+
+thread_local std::string last_error;
+
+attn_status_t Fail(attn_status_t status, std::string message) {
+  // Assigning may itself allocate; if it cannot, an empty message is still
+  // better than letting bad_alloc escape into C.
+  try {
+    last_error = std::move(message);
+  } catch (...) {
+    last_error.clear();
+  }
+  return status;
+}
+
+attn_status_t Ok() {
+  last_error.clear();
+  return ATTN_OK;
+}
+
+attn_status_t InvalidField(const char* field, long long value, const char* why) {
+  return Fail(ATTN_INVALID_ARGUMENT, std::string("attn: ") + field + " " + why + ", got " +
+                                         std::to_string(value));
+}
+
+// Runs `body`, mapping what it throws to a status. attn::Error is the
+// library's "bad input" (its "memory" field marks scratch exhaustion).
+template <typename F>
+attn_status_t Guard(F&& body) {
+  try {
+    body();
+    return Ok();
+  } catch (const attn::Error& e) {
+    return Fail(e.field() == "memory" ? ATTN_OUT_OF_MEMORY : ATTN_INVALID_ARGUMENT, e.what());
+  } catch (const std::bad_alloc&) {
+    return Fail(ATTN_OUT_OF_MEMORY, "attn: out of memory, got std::bad_alloc");
+  } catch (const std::exception& e) {
+    return Fail(ATTN_INTERNAL, std::string("attn: internal error: ") + e.what());
+  } catch (...) {
+    return Fail(ATTN_INTERNAL, "attn: internal error: unknown exception");
+  }
+}
+
+attn::ConstTensor ToCxx(const attn_tensor_t& t) {
+  return {t.data, t.batch_stride, t.head_stride, t.row_stride};
+}
+
+// Pointers into a small interned set, so the C caller gets a string that
+// stays valid for the life of the process.
+const char* Intern(const std::string& s) {
+  static std::mutex mu;
+  static std::set<std::string> names;
+  std::lock_guard<std::mutex> lock(mu);
+  return names.insert(s).first->c_str();
+}
+
+}  // namespace
+
+extern "C" {
+
+void attn_problem_init(attn_problem_t* p) {
+  if (p == nullptr) return;
+  *p = attn_problem_t{};
+  p->batch = p->q_heads = p->kv_heads = 1;
+  p->causal = ATTN_CAUSAL_NONE;
+  p->mask.col_stride = 1;
+  p->lse.row_stride = 1;
+}
+
+void attn_options_init(attn_options_t* o) {
+  if (o == nullptr) return;
+  *o = attn_options_t{};
+  o->kernel = ATTN_KERNEL_AUTO;
+}
+
+attn_status_t attn_attention(const attn_problem_t* cp, const attn_options_t* co) {
+  if (cp == nullptr) {
+    return Fail(ATTN_INVALID_ARGUMENT, "attn: problem must not be null, got null");
+  }
+  // A C enum can hold any int; the C++ enums cannot, so range-check first.
+  if (cp->causal < ATTN_CAUSAL_NONE || cp->causal > ATTN_CAUSAL_TOP_LEFT) {
+    return InvalidField("causal", cp->causal, "must be 0..2 (attn_causal_t)");
+  }
+  attn_options_t defaults;
+  attn_options_init(&defaults);
+  const attn_options_t& o = co != nullptr ? *co : defaults;
+  if (o.kernel < ATTN_KERNEL_AUTO || o.kernel > ATTN_KERNEL_PARALLEL) {
+    return InvalidField("kernel", o.kernel, "must be 0..4 (attn_kernel_t)");
+  }
+  return Guard([&] {
+    attn::Problem p;
+    p.batch = cp->batch;
+    p.q_heads = cp->q_heads;
+    p.kv_heads = cp->kv_heads;
+    p.q_len = cp->q_len;
+    p.kv_len = cp->kv_len;
+    p.head_dim = cp->head_dim;
+    if (cp->value_dim != 0) p.value_dim = cp->value_dim;
+    p.q = ToCxx(cp->q);
+    p.k = ToCxx(cp->k);
+    p.v = ToCxx(cp->v);
+    p.out = {cp->out.data, cp->out.batch_stride, cp->out.head_stride, cp->out.row_stride};
+    if (cp->has_scale) p.scale = cp->scale;
+    static constexpr attn::Causal kCausal[] = {attn::Causal::kNone, attn::Causal::kBottomRight,
+                                               attn::Causal::kTopLeft};
+    p.causal = kCausal[cp->causal];
+    p.mask = {cp->mask.data, cp->mask.batch_stride, cp->mask.head_stride, cp->mask.row_stride,
+              cp->mask.col_stride};
+    p.lse = {cp->lse.data, cp->lse.batch_stride, cp->lse.head_stride, cp->lse.row_stride};
+
+    attn::Options opt;
+    static constexpr attn::KernelId kKernel[] = {attn::KernelId::kAuto, attn::KernelId::kNaive,
+                                                 attn::KernelId::kBlocked,
+                                                 attn::KernelId::kStreaming,
+                                                 attn::KernelId::kParallel};
+    opt.kernel = kKernel[o.kernel];
+    opt.threads = o.threads;
+    opt.tiles.q_block = o.q_block;
+    opt.tiles.kv_block = o.kv_block;
+    opt.tiles.kv_splits = o.kv_splits;
+    attn::attention(p, opt);
+  });
+}
+
+const char* attn_last_error(void) { return last_error.c_str(); }
+
+attn_status_t attn_load_tuning_file(const char* path) {
+  if (path == nullptr) {
+    return Fail(ATTN_INVALID_ARGUMENT, "attn: path must not be null, got null");
+  }
+  std::string warning;
+  const attn_status_t status = Guard([&] { warning = attn::LoadTuningFile(path).warning; });
+  if (status != ATTN_OK) return status;
+  if (!warning.empty()) return Fail(ATTN_INVALID_ARGUMENT, warning);
+  return Ok();
+}
+
+const char* attn_current_target(void) {
+  const char* name = "";
+  Guard([&] { name = Intern(attn::CurrentTarget()); });
+  return name;
+}
+
+attn_status_t attn_force_target(const char* name) {
+  if (name == nullptr) {
+    return Fail(ATTN_INVALID_ARGUMENT, "attn: target must not be null, got null");
+  }
+  return Guard([&] { attn::ForceTarget(name); });
+}
+
+const char* attn_version(void) { return ATTN_VERSION; }
+
+}  // extern "C"

@@ -1,0 +1,148 @@
+/**
+ * @file attn_c.h
+ * @brief The C API of attn: plain structs and status codes over attn.h.
+ *
+ * For C programs and for any language with a C foreign-function interface
+ * (Rust, Python ctypes, Go cgo, ...). Every function returns a status and
+ * never lets a C++ exception escape; after a failure attn_last_error()
+ * describes it, naming the bad field and its value exactly as the C++ API
+ * does (for example "attn: kv_heads must divide q_heads (8), got 3").
+ *
+ * The structs mirror attn::Problem and attn::Options field by field; start
+ * from attn_problem_init() / attn_options_init() so that fields added in a
+ * later version get their defaults. Strides are in elements, not bytes.
+ *
+ * Link: libattn.a is C++ with OpenMP, so link a C program with the C++
+ * driver or add the C++ runtime (`pkg-config --libs attn` lists it; with
+ * CMake, enable CXX in the project and link attn::attn).
+ */
+#ifndef ATTN_ATTN_C_H_
+#define ATTN_ATTN_C_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Result of every C API call. */
+typedef enum attn_status_t {
+  ATTN_OK = 0,               /**< success */
+  ATTN_INVALID_ARGUMENT = 1, /**< a field is invalid; nothing was written */
+  ATTN_OUT_OF_MEMORY = 2,    /**< scratch memory could not be allocated */
+  ATTN_INTERNAL = 3          /**< a bug in attn; please report the message */
+} attn_status_t;
+
+/** Causal masking; see attn::Causal. */
+typedef enum attn_causal_t {
+  ATTN_CAUSAL_NONE = 0,
+  /** Query i sees keys j <= (kv_len - q_len) + i (KV-cache alignment). */
+  ATTN_CAUSAL_BOTTOM_RIGHT = 1,
+  /** Query i sees keys j <= i (PyTorch's is_causal=True). */
+  ATTN_CAUSAL_TOP_LEFT = 2
+} attn_causal_t;
+
+/** Kernel choice; see attn::KernelId. */
+typedef enum attn_kernel_t {
+  ATTN_KERNEL_AUTO = 0, /**< the tuning table's choice, else the default rule */
+  ATTN_KERNEL_NAIVE = 1,
+  ATTN_KERNEL_BLOCKED = 2,
+  ATTN_KERNEL_STREAMING = 3,
+  ATTN_KERNEL_PARALLEL = 4
+} attn_kernel_t;
+
+/** Read-only tensor [batch, heads, rows, cols], cols contiguous. */
+typedef struct attn_tensor_t {
+  const float* data;
+  int64_t batch_stride;
+  int64_t head_stride;
+  int64_t row_stride;
+} attn_tensor_t;
+
+/** Writable tensor (the output), same layout rules as attn_tensor_t. */
+typedef struct attn_out_tensor_t {
+  float* data;
+  int64_t batch_stride;
+  int64_t head_stride;
+  int64_t row_stride;
+} attn_out_tensor_t;
+
+/** Additive mask M[b][h][i][j]; data NULL means none; strides may be 0. */
+typedef struct attn_mask_t {
+  const float* data;
+  int64_t batch_stride;
+  int64_t head_stride;
+  int64_t row_stride;
+  int64_t col_stride;
+} attn_mask_t;
+
+/** Optional log-sum-exp output lse[b][h][i]; data NULL means not wanted. */
+typedef struct attn_lse_t {
+  float* data;
+  int64_t batch_stride;
+  int64_t head_stride;
+  int64_t row_stride;
+} attn_lse_t;
+
+/** One attention problem; the C form of attn::Problem. */
+typedef struct attn_problem_t {
+  int64_t batch;     /**< default 1 */
+  int64_t q_heads;   /**< default 1 */
+  int64_t kv_heads;  /**< default 1; must divide q_heads */
+  int64_t q_len;     /**< T_q */
+  int64_t kv_len;    /**< T_k */
+  int64_t head_dim;  /**< d of Q and K */
+  int64_t value_dim; /**< d_v of V and O; 0 means head_dim */
+  attn_tensor_t q;   /**< [batch, q_heads, q_len, head_dim] */
+  attn_tensor_t k;   /**< [batch, kv_heads, kv_len, head_dim] */
+  attn_tensor_t v;   /**< [batch, kv_heads, kv_len, value_dim] */
+  attn_out_tensor_t out; /**< [batch, q_heads, q_len, value_dim] */
+  float scale;       /**< used when has_scale is non-zero */
+  int has_scale;     /**< 0: scale = 1/sqrt(head_dim) */
+  attn_causal_t causal;
+  attn_mask_t mask;
+  attn_lse_t lse;
+} attn_problem_t;
+
+/** Run options; the C form of attn::Options. */
+typedef struct attn_options_t {
+  attn_kernel_t kernel; /**< default ATTN_KERNEL_AUTO */
+  int threads;          /**< 0: OpenMP's default */
+  int q_block;          /**< tile overrides; 0 = the default for the shape */
+  int kv_block;
+  int kv_splits;
+} attn_options_t;
+
+/** Sets every field to its default (batch = heads = 1, mask col_stride 1,
+ * lse row_stride 1, everything else 0/NULL). */
+void attn_problem_init(attn_problem_t* problem);
+/** Sets every field to its default (auto kernel, default threads/tiles). */
+void attn_options_init(attn_options_t* options);
+
+/** Computes attention. options may be NULL (defaults). On any status other
+ * than ATTN_OK nothing was written to out or lse. */
+attn_status_t attn_attention(const attn_problem_t* problem, const attn_options_t* options);
+
+/** The message of the last failed call on this thread ("" after a call that
+ * succeeded). The pointer is valid until the next attn_* call on the thread. */
+const char* attn_last_error(void);
+
+/** Loads a tuning file for ATTN_KERNEL_AUTO (see attn/tuning.h). A bad file
+ * is not an error: it is ignored and the default rule stays in use, with
+ * the reason in attn_last_error(); returns ATTN_OK when the table loaded and
+ * ATTN_INVALID_ARGUMENT when it was ignored. */
+attn_status_t attn_load_tuning_file(const char* path);
+
+/** The SIMD target the kernels use now (e.g. "AVX2", "NEON"). Static string. */
+const char* attn_current_target(void);
+/** Forces a SIMD target for the process ("" or "auto": the best supported). */
+attn_status_t attn_force_target(const char* name);
+
+/** The library version, e.g. "0.1.0". Static string. */
+const char* attn_version(void);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif /* ATTN_ATTN_C_H_ */
