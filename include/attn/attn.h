@@ -73,14 +73,24 @@ struct AdditiveMask {
   int64_t col_stride = 1;
 };
 
+// Read-only log-sum-exp values lse[b][h][i] (an input of MergeAttention).
+// Strides in elements; may be 0 to broadcast.
+struct ConstLse {
+  const float* data = nullptr;
+  int64_t batch_stride = 0;
+  int64_t head_stride = 0;
+  int64_t row_stride = 1;
+};
+
 // Optional per-row log-sum-exp output: lse[b][h][i] = log Σ_j exp(s_ij) over
 // the visible keys, with s the scaled, masked scores (natural log). A fully
-// masked row gets -inf (and output 0).
+// masked row gets -inf (and output 0). Converts to ConstLse.
 struct LseOutput {
   float* data = nullptr;  // nullptr: not requested
   int64_t batch_stride = 0;
   int64_t head_stride = 0;
   int64_t row_stride = 1;
+  operator ConstLse() const { return {data, batch_stride, head_stride, row_stride}; }
 };
 
 struct Problem {
@@ -147,6 +157,55 @@ class Error : public std::invalid_argument {
   std::string field_;
   std::string value_;
 };
+
+// ---- Merging partial results ---------------------------------------------
+// Attention over keys A ∪ B (disjoint) from attention over A and over B:
+// given each part's output O_s and log-sum-exp lse_s (attn::attention with
+// `lse` requested, K/V pointing at that key range), per (batch, head, row)
+//   lse = log Σ_s exp(lse_s),   O = Σ_s exp(lse_s - lse) · O_s
+// which is exactly the softmax over the union, up to rounding. This is
+// split-KV decoding (the parallel kernel does it internally) and the
+// building block of sequence parallelism across machines (ring attention
+// over MPI/NCCL: each rank attends to its key block, then the partial
+// (O, lse) pairs are merged). Causal masks compose: parts that every query
+// row sees entirely need no mask, and the part holding the last keys uses
+// Causal::kBottomRight with its own kv_len.
+//
+// Conventions:
+// - A part whose lse is -inf for a row (no visible key: fully masked, or an
+//   empty key range) contributes nothing; its output row is not read (it may
+//   hold anything, even NaN).
+// - Every part -inf for a row: output row 0, lse -inf (the fully masked row
+//   of attn::attention).
+// - A NaN lse in any part makes the row's output and lse NaN; +inf (not a
+//   valid log-sum-exp) also gives NaN. NaN in a contributing part's output
+//   propagates through the sum.
+// - Weights and sums are computed in double, outputs rounded to float once.
+struct MergePart {
+  ConstTensor out;  // [batch, q_heads, q_len, value_dim], rows contiguous
+  ConstLse lse;     // [batch, q_heads, q_len]; required
+};
+
+struct MergeProblem {
+  int64_t batch = 1;
+  int64_t q_heads = 1;
+  int64_t q_len = 0;
+  int64_t value_dim = 0;
+  const MergePart* parts = nullptr;  // n_parts entries
+  int n_parts = 0;                   // >= 1
+  // [batch, q_heads, q_len, value_dim]. May be exactly one part's `out`
+  // (same data and strides) for in-place accumulation (acc = merge(acc,
+  // next)); any other overlap with an input is an error.
+  Tensor out;
+  // Optional merged log-sum-exp. May be exactly one part's `lse` (same data
+  // and strides); any other overlap is an error.
+  LseOutput lse;
+};
+
+// Merges the parts into `out` (and `lse`). Throws attn::Error naming the
+// first invalid field (e.g. "attn: parts[1].lse.data must not be null, got
+// null") before writing anything. Single-threaded; O(parts·rows·value_dim).
+void MergeAttention(const MergeProblem& problem);
 
 // ---- SIMD targets (Highway) ----------------------------------------------
 // Names such as "AVX2", "AVX3", "SSE4", "EMU128".
