@@ -22,21 +22,46 @@
 namespace {
 
 struct Case {
+  // kSingle: one head, T_q = T_k = T (the original rows).
+  // kGqa: batch 1, q_heads query heads sharing kv_heads K/V heads, T_q = T_k = T.
+  // kDecode: batch 1, GQA heads, T_q = 1 against T_k = T cached keys.
+  enum class Kind { kSingle, kGqa, kDecode };
+  Kind kind = Kind::kSingle;
   std::string kernel;  // "naive", ..., "auto", or "blas"
   attn::KernelId id = attn::KernelId::kAuto;
   int64_t T = 0;
   int64_t d = 0;
+  int64_t q_heads = 1, kv_heads = 1;
   bool causal = false;
   int threads = 1;
 
   std::string Name() const {
-    return kernel + "/T:" + std::to_string(T) + "/d:" + std::to_string(d) +
-           "/causal:" + (causal ? "1" : "0") + "/threads:" + std::to_string(threads);
+    const std::string tail = "/d:" + std::to_string(d);
+    const std::string threads_s = "/threads:" + std::to_string(threads);
+    const std::string heads =
+        "/Hq:" + std::to_string(q_heads) + "/Hkv:" + std::to_string(kv_heads);
+    switch (kind) {
+      case Kind::kSingle: break;
+      case Kind::kGqa:
+        return kernel + "/gqa" + heads + "/T:" + std::to_string(T) + tail +
+               "/causal:" + (causal ? "1" : "0") + threads_s;
+      case Kind::kDecode:
+        return kernel + "/decode" + heads + "/Tk:" + std::to_string(T) + tail + threads_s;
+    }
+    return kernel + "/T:" + std::to_string(T) + tail + "/causal:" + (causal ? "1" : "0") +
+           threads_s;
   }
-  // Useful FLOPs: Q·Kᵀ and P·V, 2·T·T·d each; half the pairs when causal.
+  int64_t QLen() const { return kind == Kind::kDecode ? 1 : T; }
+  // Useful FLOPs: Q·Kᵀ and P·V, 2·T_q·T_k·d each per query head; half the
+  // pairs when causal (square problems only).
   double Flops() const {
-    const double f = 4.0 * double(T) * double(T) * double(d);
+    const double f = 4.0 * double(q_heads) * double(QLen()) * double(T) * double(d);
     return causal ? 0.5 * f : f;
+  }
+  // Bytes of K and V a decode step must read at least once: kv_heads·T_k·(d + d_v)
+  // floats (0 for other kinds: no GBps counter).
+  double KvBytes() const {
+    return kind == Kind::kDecode ? 4.0 * double(kv_heads) * double(T) * double(2 * d) : 0.0;
   }
 };
 
@@ -73,7 +98,8 @@ class LoopClock {
 };
 
 // GFLOPS = useful FLOPs x iterations / seconds x 1e-9, and peak_frac =
-// GFLOPS / the probe's peak for the same thread count. Time basis:
+// GFLOPS / the probe's peak for the same thread count; decode rows also get
+// GBps = bytes of K and V x iterations / seconds x 1e-9. Time basis:
 // - threads:1 rows: the benchmark thread's CPU time, the same basis as Google
 //   Benchmark's kIsRate counters and its "CPU" column. All the work runs on
 //   this thread, so that is the kernel's work time, immune to other
@@ -87,6 +113,10 @@ void SetCounters(benchmark::State& state, const Case& c, const LoopClock& clock)
   if (state.iterations() == 0 || seconds <= 0.0) return;
   const double gflops = c.Flops() * double(state.iterations()) / seconds * 1e-9;
   state.counters["GFLOPS"] = benchmark::Counter(gflops);
+  if (c.KvBytes() > 0.0) {
+    state.counters["GBps"] =
+        benchmark::Counter(c.KvBytes() * double(state.iterations()) / seconds * 1e-9);
+  }
   const auto peak = g_peak_gflops.find(c.threads);
   if (peak != g_peak_gflops.end() && peak->second > 0.0) {
     state.counters["peak_frac"] = benchmark::Counter(gflops / peak->second);
@@ -94,10 +124,11 @@ void SetCounters(benchmark::State& state, const Case& c, const LoopClock& clock)
 }
 
 void RunCase(benchmark::State& state, const Case& c) {
-  const size_t n = size_t(c.T * c.d);
-  const std::vector<float> q = RandomUniform(n, 1), k = RandomUniform(n, 2),
-                           v = RandomUniform(n, 3);
-  std::vector<float> out(n, 0.0f);
+  const int64_t tq = c.QLen(), tk = c.T;
+  const std::vector<float> q = RandomUniform(size_t(c.q_heads * tq * c.d), 1),
+                           k = RandomUniform(size_t(c.kv_heads * tk * c.d), 2),
+                           v = RandomUniform(size_t(c.kv_heads * tk * c.d), 3);
+  std::vector<float> out(size_t(c.q_heads * tq * c.d), 0.0f);
 
 #ifdef ATTN_BENCH_HAVE_BLAS
   if (c.kernel == "blas") {
@@ -116,14 +147,23 @@ void RunCase(benchmark::State& state, const Case& c) {
 
   attn::Problem p;
   p.batch = 1;
-  p.q_heads = p.kv_heads = 1;
-  p.q_len = p.kv_len = c.T;
+  p.q_heads = c.q_heads;
+  p.kv_heads = c.kv_heads;
+  p.q_len = tq;
+  p.kv_len = tk;
   p.head_dim = c.d;
-  p.q = attn::DenseBHTD(static_cast<const float*>(q.data()), 1, c.T, c.d);
-  p.k = attn::DenseBHTD(static_cast<const float*>(k.data()), 1, c.T, c.d);
-  p.v = attn::DenseBHTD(static_cast<const float*>(v.data()), 1, c.T, c.d);
-  p.out = attn::DenseBHTD(out.data(), 1, c.T, c.d);
-  p.causal = c.causal ? attn::Causal::kTopLeft : attn::Causal::kNone;
+  p.q = attn::DenseBHTD(static_cast<const float*>(q.data()), c.q_heads, tq, c.d);
+  p.k = attn::DenseBHTD(static_cast<const float*>(k.data()), c.kv_heads, tk, c.d);
+  p.v = attn::DenseBHTD(static_cast<const float*>(v.data()), c.kv_heads, tk, c.d);
+  p.out = attn::DenseBHTD(out.data(), c.q_heads, tq, c.d);
+  if (c.kind == Case::Kind::kSingle) {
+    p.causal = c.causal ? attn::Causal::kTopLeft : attn::Causal::kNone;
+  } else {
+    // The KV-cache alignment (the same as top-left for the square GQA rows;
+    // for decode the one query sees every key).
+    p.causal = c.causal || c.kind == Case::Kind::kDecode ? attn::Causal::kBottomRight
+                                                         : attn::Causal::kNone;
+  }
   attn::Options options;
   options.kernel = c.id;
   options.threads = c.threads;
@@ -151,19 +191,15 @@ std::vector<Case> DefaultCases() {
     std::vector<int> threads;
     int64_t max_T;
   };
-  std::vector<Kernel> kernels = {
+  const std::vector<Kernel> kernels = {
       {"naive", attn::KernelId::kNaive, {1}, 2048},  // scalar: slow, T <= 2048
       {"blocked", attn::KernelId::kBlocked, {1}, 1 << 30},
       {"streaming", attn::KernelId::kStreaming, {1}, 1 << 30},
       {"parallel", attn::KernelId::kParallel, {1, 2}, 1 << 30},
       {"auto", attn::KernelId::kAuto, {1, 2}, 1 << 30},
   };
-#ifdef ATTN_BENCH_HAVE_BLAS
-  // Last, so OpenBLAS's worker threads never idle-spin during attn cases.
-  kernels.push_back({"blas", attn::KernelId::kAuto, {1, 2}, 1 << 30});
-#endif
   std::vector<Case> cases;
-  for (const Kernel& kern : kernels) {
+  auto add_single = [&](const Kernel& kern) {
     for (int64_t T : kT) {
       if (T > kern.max_T) continue;
       for (int64_t d : kD) {
@@ -181,7 +217,39 @@ std::vector<Case> DefaultCases() {
         }
       }
     }
+  };
+  for (const Kernel& kern : kernels) add_single(kern);
+
+  // Llama-style shapes: 32 query heads over 8 K/V heads, d = 128. Prefill
+  // (causal, T_q = T_k = T) and one decode step (T_q = 1) over a T_k cache.
+  // No naive prefill rows (scalar, ~35 GFLOP per call at T = 2048).
+  for (const Kernel& kern : kernels) {
+    for (Case::Kind kind : {Case::Kind::kGqa, Case::Kind::kDecode}) {
+      if (kind == Case::Kind::kGqa && kern.id == attn::KernelId::kNaive) continue;
+      const std::vector<int64_t> lengths =
+          kind == Case::Kind::kGqa ? std::vector<int64_t>{512, 2048}
+                                   : std::vector<int64_t>{4096, 32768};
+      for (int64_t T : lengths) {
+        for (int threads : kern.threads) {
+          Case c;
+          c.kind = kind;
+          c.kernel = kern.name;
+          c.id = kern.id;
+          c.T = T;
+          c.d = 128;
+          c.q_heads = 32;
+          c.kv_heads = 8;
+          c.causal = kind == Case::Kind::kGqa;
+          c.threads = threads;
+          cases.push_back(c);
+        }
+      }
+    }
   }
+#ifdef ATTN_BENCH_HAVE_BLAS
+  // Last, so OpenBLAS's worker threads never idle-spin during attn cases.
+  add_single({"blas", attn::KernelId::kAuto, {1, 2}, 1 << 30});
+#endif
   return cases;
 }
 
