@@ -227,9 +227,19 @@ TEST(ShapeTuner, FollowsTheTimerAndRejectsACorruptingCandidate) {
     head.q_len = p.q_len - 1;
     attention(head, o);
   };
+  // And one that ignores the last key: a small error (~1/T_k of an output),
+  // which the bound must still catch.
+  attn_tune::AttnCandidate short_sighted{KernelId::kStreaming, Tiles{32, 64, 1}, false, {}};
+  short_sighted.run = [](const Problem& p, const Options& o) {
+    Problem fewer_keys = p;
+    fewer_keys.kv_len = p.kv_len - 1;
+    attention(fewer_keys, o);
+  };
   candidates.push_back(corrupt);
   candidates.push_back(lazy);
-  const size_t corrupt_index = candidates.size() - 2, lazy_index = candidates.size() - 1;
+  candidates.push_back(short_sighted);
+  const size_t corrupt_index = candidates.size() - 3, lazy_index = candidates.size() - 2;
+  const size_t short_sighted_index = candidates.size() - 1;
   const attn_tune::AttnCandidate expected_winner = candidates[2];
 
   // The timer: the wrong ones fastest, then candidate 2, the rest slower.
@@ -250,17 +260,21 @@ TEST(ShapeTuner, FollowsTheTimerAndRejectsACorruptingCandidate) {
   EXPECT_EQ(r.tuning.winner, 2);
   EXPECT_EQ(r.Winner().Label(), expected_winner.Label());
   EXPECT_EQ(r.tuning.candidates[corrupt_index].verdict, attn_tune::Verdict::kWrong);
-  EXPECT_NE(r.tuning.candidates[corrupt_index].reason.find("differs from naive"), std::string::npos)
+  EXPECT_NE(r.tuning.candidates[corrupt_index].reason.find("from the float64 reference at row 5"),
+            std::string::npos)
       << r.tuning.candidates[corrupt_index].reason;
   EXPECT_EQ(r.tuning.candidates[lazy_index].verdict, attn_tune::Verdict::kWrong);
   EXPECT_NE(r.tuning.candidates[lazy_index].reason.find("row 47"), std::string::npos)
       << r.tuning.candidates[lazy_index].reason;
-  // Every real candidate passed, within the tolerance.
+  EXPECT_EQ(r.tuning.candidates[short_sighted_index].verdict, attn_tune::Verdict::kWrong);
+  // Every real candidate passed, within the bound.
   for (size_t i = 0; i < corrupt_index; ++i) {
     EXPECT_NE(r.tuning.candidates[i].verdict, attn_tune::Verdict::kWrong)
         << candidates[i].Label() << ": " << r.tuning.candidates[i].reason;
   }
-  EXPECT_LT(r.max_error_seen, attn_tune::CheckTolerance());
+  EXPECT_LE(r.max_error_seen, r.check_bound);
+  EXPECT_GT(r.check_bound, 0.0);
+  EXPECT_LT(r.check_bound, 1e-5);
   EXPECT_EQ(r.default_index, 0);
   EXPECT_DOUBLE_EQ(r.DefaultSeconds(), 2e-3);
   EXPECT_EQ(r.checked_rows, 48);  // small shape: every row checked

@@ -1,7 +1,9 @@
 // Tuning one attention shape: the candidates (kernel x tiles at the shape's
-// thread count), a problem to run them on, the correctness check against
-// the naive kernel, and a wall-clock timer, all handed to the generic tuner
-// (tools/tune/tuner.h). Only the public attn API is used.
+// thread count), a problem to run them on, the correctness check (against
+// the float64 reference, within a bound set by the naive kernel's own
+// error), and a wall-clock timer, all handed to the generic tuner
+// (tools/tune/tuner.h). Only the public attn API and the float64 reference
+// (reference/reference.h) are used: no kernel internals.
 #pragma once
 
 #include <cstdint>
@@ -66,8 +68,9 @@ struct ShapeResult {
   int default_index = -1;
   double naive_seconds = 0.0;       // measured or extrapolated (see below)
   bool naive_extrapolated = false;  // timed on sampled rows, scaled by FLOPs
-  int64_t checked_rows = 0;         // query rows compared with naive per head
-  double max_error_seen = 0.0;      // largest |candidate - naive| that passed
+  int64_t checked_rows = 0;         // query rows checked per head
+  double check_bound = 0.0;         // largest |candidate - float64 reference| allowed
+  double max_error_seen = 0.0;      // largest |candidate - reference| that passed
 
   bool HasWinner() const { return tuning.winner >= 0; }
   const AttnCandidate& Winner() const { return candidates[size_t(tuning.winner)]; }
@@ -83,8 +86,5 @@ struct ShapeResult {
 ShapeResult TuneOneShape(const TuneShape& shape, const ShapeTuneSettings& settings,
                          std::vector<AttnCandidate> candidates,
                          const std::function<double(const AttnCandidate&)>& fake_timer = {});
-
-// The tolerance of the correctness check (see shape_tuner.cc).
-double CheckTolerance();
 
 }  // namespace attn_tune
