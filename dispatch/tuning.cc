@@ -460,16 +460,20 @@ AutoChoice ChooseAutoFrom(const LoadedTable* loaded, const std::string& current_
   const ShapeKey key = MakeShapeKey(in.q_len, in.kv_len, in.head_dim, causal, in.threads);
   // `why` is only called when explaining, so sentences cost nothing otherwise.
   auto use_default = [&](auto why) {
+    // The shape as the default rule sees it (it reads no tensor data).
     Problem shape;
+    shape.q_heads = shape.kv_heads = in.heads;
     shape.q_len = in.q_len;
     shape.kv_len = in.kv_len;
     shape.head_dim = in.head_dim;
+    shape.value_dim = in.value_dim;
+    shape.causal = causal;
     c.kernel = DefaultKernel(shape, in.threads);
     c.tiles = ResolveTiles(requested, in);
     c.source = "default";
     if (explain) {
-      c.reason = why() + "; default rule: parallel with more than one thread, else streaming, " +
-                 "tiles from attn::DefaultTiles (" + TilesText(c.tiles) + ")";
+      c.reason = why() + "; the default rule picks " + KernelName(c.kernel) + " with " +
+                 TilesText(c.tiles) + " (attn::DefaultTiles)";
     }
     return c;
   };

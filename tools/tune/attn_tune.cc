@@ -141,12 +141,12 @@ TuningTable Merge(TuningTable fresh, const std::string& path, int* kept) {
 
 void PrintTable(const std::vector<ShapeResult>& results, const std::map<int, double>& peaks) {
   const std::string header =
-      fmt::format("{:<26} {:<10} {:<22} {:>8} {:>6} {:>10} {:>9}", "shape", "winner", "config",
+      fmt::format("{:<29} {:<10} {:<22} {:>8} {:>6} {:>10} {:>9}", "shape", "winner", "config",
                   "GFLOP/s", "peak", "vs default", "vs naive");
   fmt::print("{}\n{}\n", header, std::string(header.size(), '-'));
   for (const ShapeResult& r : results) {
     if (!r.HasWinner()) {
-      fmt::print("{:<26} no correct candidate\n", r.shape.Name());
+      fmt::print("{:<29} no correct candidate\n", r.shape.Name());
       continue;
     }
     const double seconds = r.WinnerSeconds();
@@ -155,7 +155,7 @@ void PrintTable(const std::vector<ShapeResult>& results, const std::map<int, dou
     const double fraction = peak != peaks.end() && peak->second > 0 ? gflops / peak->second : 0.0;
     const double vs_default = r.DefaultSeconds() > 0 ? r.DefaultSeconds() / seconds : 0.0;
     const double vs_naive = r.naive_seconds / seconds;
-    fmt::print("{:<26} {:<10} {:<22} {:>8.1f} {:>5.0f}% {:>9.2f}x {:>8}\n", r.shape.Name(),
+    fmt::print("{:<29} {:<10} {:<22} {:>8.1f} {:>5.0f}% {:>9.2f}x {:>8}\n", r.shape.Name(),
                attn::KernelName(r.Winner().kernel), ConfigText(r.Winner()), gflops, 100 * fraction,
                vs_default,
                fmt::format("{}{:.0f}x", r.naive_extrapolated ? "~" : "", vs_naive));
@@ -203,6 +203,9 @@ int Tune(const Args& args) {
     settings.quick = args.quick;
     settings.heads = args.heads;
     settings.tuner.max_repeats = args.quick ? 3 : 5;
+    // Over budget, one sample will do: at T = 16k a call takes seconds, and
+    // the check run before it has already warmed the caches.
+    settings.tuner.min_repeats = 1;
     settings.tuner.budget_seconds = std::max(0.05, left / double(shapes.size() - i));
     settings.min_sample_seconds = args.quick ? 0.002 : 0.005;
     settings.on_candidate = [&](size_t c, size_t n) { progress.Candidate(c, n); };
@@ -227,14 +230,25 @@ int Tune(const Args& args) {
                    attn_tune::VerdictName(m.verdict), 1e3 * m.best, 1e3 * m.median, m.reason);
       }
     }
+    if (args.verbose) {
+      fmt::print(stderr,
+                 "    checked {} rows per head against the float64 reference: largest accepted "
+                 "error {:.2e}, bound {:.2e}\n",
+                 r.checked_rows, r.max_error_seen, r.check_bound);
+    }
     // ETA: each remaining shape costs its full candidate sweep at the rate
-    // seen so far, or its budget share, whichever is less.
+    // seen so far, or its budget share, whichever is less, but never less
+    // than checking and timing its default once (which the budget cannot
+    // cut) at the speed the default just had.
     double eta = 0.0;
     const double left_after = std::max(0.0, budget - progress.ElapsedSeconds());
+    const double default_flops_per_second =
+        r.DefaultSeconds() > 0 ? r.flops / r.DefaultSeconds() : 0.0;
     for (size_t j = i + 1; j < shapes.size(); ++j) {
-      const double sweep = work_seconds / std::max(1.0, work_done) * attn_tune::ShapeFlops(shapes[j], args.heads) *
-                           double(candidate_count);
-      eta += std::min(sweep, left_after / double(shapes.size() - i - 1));
+      const double flops = attn_tune::ShapeFlops(shapes[j], args.heads);
+      const double sweep = work_seconds / std::max(1.0, work_done) * flops * double(candidate_count);
+      const double floor = default_flops_per_second > 0 ? 2.0 * flops / default_flops_per_second : 0.0;
+      eta += std::max(floor, std::min(sweep, left_after / double(shapes.size() - i - 1)));
     }
     std::string summary = shape.Name() + ": ";
     if (r.HasWinner()) {
