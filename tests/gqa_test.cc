@@ -148,8 +148,8 @@ Owned Make(const Spec& s) {
     case MaskKind::kPerHead:
       o.mask.resize(size_t(s.q_heads * tq * tk));
       for (float& x : o.mask) x = entry();
-      if (s.fully_masked) {  // head 1, row 3
-        std::fill_n(o.mask.begin() + (1 * tq + 3) * tk, tk, -kInf);
+      if (s.fully_masked) {  // head 1, row min(3, T_q - 1)
+        std::fill_n(o.mask.begin() + (1 * tq + std::min<int64_t>(3, tq - 1)) * tk, tk, -kInf);
       }
       p.mask = AdditiveMask{o.mask.data(), 0, tq * tk, tk, 1};
       break;
@@ -241,6 +241,17 @@ void ExpectEveryKernelMatches(Owned& o) {
     }
   }
   ForceTarget("auto");
+  // Without the lse output (a separate path in some kernels), best target.
+  Problem no_lse = o.p;
+  no_lse.lse = LseOutput{};
+  for (const Variant& variant : Variants()) {
+    SCOPED_TRACE(o.spec.name + " without lse, with " + variant.name);
+    o.Clear();
+    attention(no_lse, variant.options);
+    EXPECT_LE(MaxErrors(no_lse, ref).out, bound.out);
+    EXPECT_EQ(o.StrayWrites(), 0);
+    for (float x : o.lse) ASSERT_EQ(x, kSentinel);
+  }
 }
 
 void RunSpec(Spec s) {
@@ -272,6 +283,17 @@ TEST(Gqa, MultiQuery) {
   s.causal = Causal::kNone;
   s.tq = 1;  // MQA decode
   s.seed = 2;
+  RunSpec(s);
+  // Groups wider than a SIMD panel, and not a multiple of it.
+  s.name = "mqa decode 32/1";
+  s.batch = 1, s.q_heads = 32, s.tk = 777, s.d = 64;
+  s.causal = Causal::kBottomRight;
+  s.seed = 3;
+  RunSpec(s);
+  s.name = "gqa decode 12/2";
+  s.batch = 2, s.q_heads = 12, s.kv_heads = 2, s.tk = 333;
+  s.q_layout = s.out_layout = Layout::kBTHD;
+  s.seed = 4;
   RunSpec(s);
 }
 
@@ -342,6 +364,10 @@ TEST(Gqa, DecodeLongCache) {
   s.kv_capacity = 3072;
   s.causal = Causal::kBottomRight;
   RunSpec(s);
+  s.name = "decode BTHD";  // sequence-major Q, cache and out
+  s.kv_layout = s.q_layout = s.out_layout = Layout::kBTHD;
+  s.seed = 4;
+  RunSpec(s);
   s.name = "decode BTHD dv";  // sequence-major cache, d_v != d, top-left
   s.kv_layout = s.q_layout = s.out_layout = Layout::kBTHD;
   s.tk = 2500, s.d = 64, s.dv = 32;
@@ -353,6 +379,25 @@ TEST(Gqa, DecodeLongCache) {
   s.causal = Causal::kBottomRight;
   s.seed = 3;
   RunSpec(s);
+}
+
+TEST(Gqa, BroadcastInputs) {
+  // Inputs may broadcast through stride 0: one K/V shared by every batch
+  // entry, and (decode) one query row shared by every head.
+  Spec s;
+  s.name = "kv shared over batch";
+  s.batch = 3, s.q_heads = 8, s.kv_heads = 2, s.tq = 9, s.tk = 100, s.d = 32;
+  s.causal = Causal::kBottomRight;
+  Owned o = Make(s);
+  o.p.k.batch_stride = o.p.v.batch_stride = 0;
+  ExpectEveryKernelMatches(o);
+  s.name = "q shared over heads, decode";
+  s.tq = 1, s.tk = 500;
+  s.seed = 2;
+  Owned o2 = Make(s);
+  o2.p.q.head_stride = 0;
+  o2.p.q.batch_stride = 0;
+  ExpectEveryKernelMatches(o2);
 }
 
 // ---- Additive masks --------------------------------------------------------
@@ -375,6 +420,18 @@ TEST(Gqa, MaskBroadcastOverBatch) {
   s.batch = 2, s.q_heads = 4, s.kv_heads = 2, s.tq = 19, s.tk = 57, s.d = 32;
   s.mask = MaskKind::kPerHead;
   s.fully_masked = true;
+  RunSpec(s);
+  // Decode: the query heads of a group see different masks (and head 1 none
+  // of the keys), so they cannot share one set of scores.
+  s.name = "mask per head decode";
+  s.tq = 1, s.tk = 900;
+  s.causal = Causal::kBottomRight;
+  s.fully_masked = false;
+  s.seed = 2;
+  RunSpec(s);
+  s.name = "mask per head decode, a head fully masked";
+  s.fully_masked = true;
+  s.seed = 3;
   RunSpec(s);
 }
 
