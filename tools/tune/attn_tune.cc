@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -182,8 +183,18 @@ int Tune(const Args& args) {
   // The untuned default must be what `auto` does without any table.
   attn::ClearTuning();
   const std::string target = attn::CurrentTarget();
-  fmt::print(stderr, "attn-tune: {} shapes, budget {:.0f} s, CPU '{}', target {}, {} head(s)\n",
-             shapes.size(), budget, attn::internal::CpuModel(), target, args.heads);
+  fmt::print(stderr, "attn-tune: {} shape{}, budget {:.0f} s, CPU '{}', target {}, {} head{}\n",
+             shapes.size(), shapes.size() == 1 ? "" : "s", budget, attn::internal::CpuModel(),
+             target, args.heads, args.heads == 1 ? "" : "s");
+  // Timings are only as good as the machine is quiet; multi-threaded
+  // candidates suffer most (a thread that waits for a core stalls them all).
+  double load[1] = {0.0};
+  if (getloadavg(load, 1) == 1 && load[0] > 0.75 * omp_get_num_procs()) {
+    fmt::print(stderr,
+               "attn-tune: warning: load average {:.1f} on {} cores: other processes will disturb "
+               "the timings (tune on a quiet machine for a table worth keeping)\n",
+               load[0], omp_get_num_procs());
+  }
   std::map<int, double> peaks;
   for (int t : std::set<int>(threads.begin(), threads.end())) {
     peaks[t] = attn_bench::MeasurePeak(t, args.quick ? 0.1 : 0.2, args.quick ? 2 : 4).gflops;
@@ -311,7 +322,7 @@ int main(int argc, char** argv) {
   app.add_option("--budget", args.budget,
                  "Time budget in seconds for the whole run (default 300, quick 40); every shape "
                  "measures at least its default")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1.0, 1e6));
   CLI::Option* output = app.add_option("--output", args.output, "Tuning file to write (merged with "
                                                                 "an existing one for this machine)");
   if (!args.output.empty()) output->default_str(args.output);
@@ -319,7 +330,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", args.threads,
                  "Thread counts to tune, e.g. 2 or 1,2 (default: OpenMP's maximum)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 4096));
   app.add_option("--shapes", args.shapes,
                  "Shapes instead of the grid: Tq:Tk:d[:causal],... (causal 0 or 1)");
   app.add_option("--heads", args.heads, "Heads per tuning problem (batch x heads)")
@@ -327,7 +338,7 @@ int main(int argc, char** argv) {
   app.add_option("--explain", args.explain,
                  "Say what auto picks for Tq Tk d (with --causal, --threads) and why; tunes nothing")
       ->expected(3)
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_flag("--causal", args.causal, "With --explain: a causal shape");
   app.add_flag("--verbose,-v", args.verbose, "Print every candidate's measurement");
   CLI11_PARSE(app, argc, argv);
