@@ -11,7 +11,6 @@
 #include <limits>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <sys/stat.h>
 
 #include "dispatch/registry.h"
