@@ -250,11 +250,11 @@ int Tune(const Args& args) {
     // ETA: each remaining shape costs its full candidate sweep at the rate
     // seen so far, or its budget share, whichever is less, but never less
     // than checking and timing its default once (which the budget cannot
-    // cut) at the speed the default just had.
+    // cut). That floor uses the speed of this shape's winner: a default
+    // slowed by one unlucky moment of a busy machine would inflate it.
     double eta = 0.0;
     const double left_after = std::max(0.0, budget - progress.ElapsedSeconds());
-    const double default_flops_per_second =
-        r.DefaultSeconds() > 0 ? r.flops / r.DefaultSeconds() : 0.0;
+    const double default_flops_per_second = r.HasWinner() ? r.flops / r.WinnerSeconds() : 0.0;
     for (size_t j = i + 1; j < shapes.size(); ++j) {
       const double flops = attn_tune::ShapeFlops(shapes[j], args.heads);
       const double sweep = work_seconds / std::max(1.0, work_done) * flops * double(candidate_count);
