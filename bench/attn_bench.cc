@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -25,7 +26,8 @@ struct Case {
   // kSingle: one head, T_q = T_k = T (the original rows).
   // kGqa: batch 1, q_heads query heads sharing kv_heads K/V heads, T_q = T_k = T.
   // kDecode: batch 1, GQA heads, T_q = 1 against T_k = T cached keys.
-  enum class Kind { kSingle, kGqa, kDecode };
+  // kMultiHead: batch 1, q_heads = kv_heads = H, T_q = T_k = T.
+  enum class Kind { kSingle, kGqa, kDecode, kMultiHead };
   Kind kind = Kind::kSingle;
   std::string kernel;  // "naive", ..., "auto", or "blas"
   attn::KernelId id = attn::KernelId::kAuto;
@@ -47,6 +49,9 @@ struct Case {
                "/causal:" + (causal ? "1" : "0") + threads_s;
       case Kind::kDecode:
         return kernel + "/decode" + heads + "/Tk:" + std::to_string(T) + tail + threads_s;
+      case Kind::kMultiHead:
+        return kernel + "/mh/H:" + std::to_string(q_heads) + "/T:" + std::to_string(T) + tail +
+               "/causal:" + (causal ? "1" : "0") + threads_s;
     }
     return kernel + "/T:" + std::to_string(T) + tail + "/causal:" + (causal ? "1" : "0") +
            threads_s;
@@ -67,6 +72,13 @@ struct Case {
 
 // FP32 FMA peak (GFLOP/s) by thread count, measured once at start-up.
 std::map<int, double> g_peak_gflops;
+
+// ATTN_BENCH_SLOWDOWN=N (an integer >= 1, default 1): every attn row calls
+// attention() N times per timed iteration while its counters still count
+// one call, i.e. attn looks N times slower; the naive and blas rows are not
+// affected. Only for showing that tools/perf_regress.py catches a slowdown
+// (bench/README.md); never set it when measuring.
+int g_slowdown = 1;
 
 std::vector<float> RandomUniform(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -132,11 +144,17 @@ void RunCase(benchmark::State& state, const Case& c) {
 
 #ifdef ATTN_BENCH_HAVE_BLAS
   if (c.kernel == "blas") {
-    std::vector<float> s(size_t(c.T * c.T));
+    // One head after the other (q_heads = kv_heads for blas rows), each
+    // with every thread; the T_q x T_k scores are reused across heads.
+    std::vector<float> s(size_t(tq * tk));
+    const size_t q_stride = size_t(tq * c.d), kv_stride = size_t(tk * c.d);
     const LoopClock clock;
     for (auto _ : state) {
-      attn_bench::BlasAttention(q.data(), k.data(), v.data(), s.data(), out.data(), c.T, c.T,
-                                c.d, c.causal, c.threads);
+      for (int64_t h = 0; h < c.q_heads; ++h) {
+        attn_bench::BlasAttention(q.data() + h * q_stride, k.data() + h * kv_stride,
+                                  v.data() + h * kv_stride, s.data(), out.data() + h * q_stride,
+                                  tq, tk, c.d, c.causal, c.threads);
+      }
       benchmark::DoNotOptimize(out.data());
       benchmark::ClobberMemory();
     }
@@ -156,7 +174,7 @@ void RunCase(benchmark::State& state, const Case& c) {
   p.k = attn::DenseBHTD(static_cast<const float*>(k.data()), c.kv_heads, tk, c.d);
   p.v = attn::DenseBHTD(static_cast<const float*>(v.data()), c.kv_heads, tk, c.d);
   p.out = attn::DenseBHTD(out.data(), c.q_heads, tq, c.d);
-  if (c.kind == Case::Kind::kSingle) {
+  if (c.kind == Case::Kind::kSingle || c.kind == Case::Kind::kMultiHead) {
     p.causal = c.causal ? attn::Causal::kTopLeft : attn::Causal::kNone;
   } else {
     // The KV-cache alignment (the same as top-left for the square GQA rows;
@@ -168,10 +186,11 @@ void RunCase(benchmark::State& state, const Case& c) {
   options.kernel = c.id;
   options.threads = c.threads;
 
+  const int repeat = c.id == attn::KernelId::kNaive ? 1 : g_slowdown;
   const LoopClock clock;
   for (auto _ : state) {
     try {
-      attn::attention(p, options);
+      for (int r = 0; r < repeat; ++r) attn::attention(p, options);
     } catch (const std::exception& e) {
       state.SkipWithError(e.what());
       break;
@@ -183,7 +202,7 @@ void RunCase(benchmark::State& state, const Case& c) {
 }
 
 std::vector<Case> DefaultCases() {
-  const int64_t kT[] = {128, 512, 2048};
+  const int64_t kT[] = {128, 512, 2048, 8192};
   const int64_t kD[] = {64, 128};
   struct Kernel {
     const char* name;
@@ -246,9 +265,57 @@ std::vector<Case> DefaultCases() {
       }
     }
   }
+
+  // Multi-head (H = 16 query and K/V heads, T_q = T_k = T) prefill and
+  // non-grouped decode (16 heads, T_q = 1), the shapes bench/peers compares
+  // with other libraries. Naive prefill only up to T = 512 (scalar).
+  constexpr int64_t kHeads = 16;
+  auto add_multi_head = [&](const Kernel& kern, int64_t max_naive_T) {
+    for (int64_t T : {int64_t{128}, int64_t{512}, int64_t{2048}}) {
+      if (T > max_naive_T) continue;
+      for (int64_t d : kD) {
+        for (bool causal : {false, true}) {
+          for (int threads : kern.threads) {
+            Case c;
+            c.kind = Case::Kind::kMultiHead;
+            c.kernel = kern.name;
+            c.id = kern.id;
+            c.T = T;
+            c.d = d;
+            c.q_heads = c.kv_heads = kHeads;
+            c.causal = causal;
+            c.threads = threads;
+            cases.push_back(c);
+          }
+        }
+      }
+    }
+  };
+  auto add_decode_mh = [&](const Kernel& kern) {
+    for (int64_t T : {int64_t{4096}, int64_t{32768}}) {
+      for (int threads : kern.threads) {
+        Case c;
+        c.kind = Case::Kind::kDecode;
+        c.kernel = kern.name;
+        c.id = kern.id;
+        c.T = T;
+        c.d = 128;
+        c.q_heads = c.kv_heads = kHeads;
+        c.threads = threads;
+        cases.push_back(c);
+      }
+    }
+  };
+  for (const Kernel& kern : kernels) {
+    add_multi_head(kern, kern.id == attn::KernelId::kNaive ? 512 : 1 << 30);
+    add_decode_mh(kern);
+  }
 #ifdef ATTN_BENCH_HAVE_BLAS
   // Last, so OpenBLAS's worker threads never idle-spin during attn cases.
-  add_single({"blas", attn::KernelId::kAuto, {1, 2}, 1 << 30});
+  const Kernel blas = {"blas", attn::KernelId::kAuto, {1, 2}, 1 << 30};
+  add_single(blas);
+  add_multi_head(blas, 1 << 30);
+  add_decode_mh(blas);
 #endif
   return cases;
 }
@@ -272,6 +339,20 @@ int main(int argc, char** argv) {
                          !HasFlag(argc, argv, "--benchmark_list_tests=0");
   int args_count = int(args.size());
   args.push_back(nullptr);
+  if (const char* slow = std::getenv("ATTN_BENCH_SLOWDOWN")) {
+    const int n = std::atoi(slow);
+    if (n < 1) {
+      std::fprintf(stderr, "attn-bench: ATTN_BENCH_SLOWDOWN must be an integer >= 1, got '%s'\n",
+                   slow);
+      return 1;
+    }
+    g_slowdown = n;
+    if (n > 1) {
+      std::fprintf(stderr, "attn-bench: ATTN_BENCH_SLOWDOWN=%d: attn rows run %dx per iteration\n",
+                   n, n);
+      benchmark::AddCustomContext("attn_bench_slowdown", std::to_string(n));
+    }
+  }
 
   const std::vector<Case> cases = DefaultCases();
   for (const Case& c : cases) {
