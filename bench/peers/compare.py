@@ -1,0 +1,373 @@
+#!/usr/bin/env python3
+"""attn side by side with the libraries users would pick instead, on one
+machine, in one run, as ratios.
+
+  bash bench/peers/setup_venv.sh                       # once: the peers' venv
+  python3 bench/peers/compare.py --bench build-perf/bench/attn-bench --tune
+
+For each thread count (default 1 and all cores) and each shape, alternately:
+attn-bench runs every attn kernel, `auto` (following a tuning file) and the
+OpenBLAS baseline on that shape, then each peer (bench/peers/peers.py, one
+long-lived worker per peer inside the venv) runs the same shape. So a burst
+of load from elsewhere hits one shape of everyone rather than one library.
+Prints markdown tables: GFLOP/s per implementation, and `auto` / X for every
+X (> 1 means attn's auto is faster). A peer that did not install, import, or
+run (or gave a wrong answer) is listed with its reason, never dropped.
+
+Timing is the same for everyone: wall clock, minimum over --reps samples,
+each sample >= --min-time seconds (attn-bench: --benchmark_repetitions and
+the min of the per-repetition real_time). Useful FLOPs: 4*H*Tq*Tk*d, halved
+when causal; decode rows also give GB/s of K and V (H*Tk*2d*4 bytes).
+
+Shapes (--set full): single head T in {128, 512, 2048, 8192}, d in {64, 128},
+causal 0/1; H = 16 heads, T in {128, 512, 2048}, same d and causal; decode
+(Tq = 1, 16 heads, d = 128) Tk in {4096, 32768}. --set quick: a handful.
+
+Runs with the standard library only; the peers run under the venv's python.
+"""
+import argparse
+import json
+import os
+import queue
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+PEERS = ("torch", "onnxruntime", "openvino", "jax")
+PEER_LABEL = {"torch": "PyTorch", "onnxruntime": "ONNX Runtime", "openvino": "OpenVINO",
+              "jax": "JAX"}
+KERNELS = ("naive", "blocked", "streaming", "parallel", "auto", "blas")
+
+
+def shapes(which):
+    out = []
+    if which == "full":
+        for T in (128, 512, 2048, 8192):
+            for d in (64, 128):
+                for c in (0, 1):
+                    out.append({"kind": "single", "H": 1, "Tq": T, "Tk": T, "d": d, "causal": c})
+        for T in (128, 512, 2048):
+            for d in (64, 128):
+                for c in (0, 1):
+                    out.append({"kind": "mh", "H": 16, "Tq": T, "Tk": T, "d": d, "causal": c})
+        for tk in (4096, 32768):
+            out.append({"kind": "decode", "H": 16, "Tq": 1, "Tk": tk, "d": 128, "causal": 0})
+    else:  # quick
+        for T, d, c in ((512, 64, 0), (512, 64, 1), (2048, 128, 0), (2048, 128, 1)):
+            out.append({"kind": "single", "H": 1, "Tq": T, "Tk": T, "d": d, "causal": c})
+        out.append({"kind": "mh", "H": 16, "Tq": 512, "Tk": 512, "d": 64, "causal": 1})
+        out.append({"kind": "decode", "H": 16, "Tq": 1, "Tk": 4096, "d": 128, "causal": 0})
+    return out
+
+
+def label(s):
+    if s["kind"] == "decode":
+        return f"decode H={s['H']} Tk={s['Tk']} d={s['d']}"
+    h = "" if s["kind"] == "single" else f"H={s['H']} "
+    return f"{h}T={s['Tq']} d={s['d']} causal={s['causal']}"
+
+
+def bench_name(kernel, s, threads):
+    if s["kind"] == "single":
+        mid = f"T:{s['Tq']}/d:{s['d']}/causal:{s['causal']}"
+    elif s["kind"] == "mh":
+        mid = f"mh/H:{s['H']}/T:{s['Tq']}/d:{s['d']}/causal:{s['causal']}"
+    else:
+        mid = f"decode/Hq:{s['H']}/Hkv:{s['H']}/Tk:{s['Tk']}/d:{s['d']}"
+    return f"{kernel}/{mid}/threads:{threads}"
+
+
+def flops(s):
+    f = 4.0 * s["H"] * s["Tq"] * s["Tk"] * s["d"]
+    return f * 0.5 if s["causal"] else f
+
+
+def kv_bytes(s):
+    return 4.0 * s["H"] * s["Tk"] * 2 * s["d"]
+
+
+UNIT = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def run_attn(bench, s, threads, min_time, reps, env):
+    """{kernel: {"seconds":..} or {"error":..}} for every attn-bench row of the shape."""
+    names = {bench_name(k, s, threads): k for k in KERNELS}
+    regex = "^(" + "|".join(KERNELS) + ")/" + bench_name("X", s, threads)[2:] + "$"
+    cmd = [bench, f"--benchmark_filter={regex}", f"--benchmark_min_time={min_time}",
+           f"--benchmark_repetitions={reps}", "--benchmark_format=json"]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        return {"_error": f"attn-bench exited {p.returncode}: {p.stderr.strip()[-300:]}"}
+    data = json.loads(p.stdout)
+    res = {}
+    for b in data.get("benchmarks", []):
+        if b.get("run_type") == "aggregate":
+            continue
+        k = names.get(b.get("run_name", b["name"]))
+        if k is None:
+            continue
+        if b.get("error_occurred"):
+            res[k] = {"error": b.get("error_message", "error")}
+            continue
+        sec = b["real_time"] * UNIT[b.get("time_unit", "ns")]
+        if k not in res or sec < res[k]["seconds"]:
+            res[k] = {"seconds": sec}
+    return res
+
+
+class Worker:
+    """One peers.py serve process (one peer, one thread count)."""
+
+    def __init__(self, python, peer, threads, startup_timeout):
+        self.peer, self.error, self.info = peer, None, {}
+        env = dict(os.environ)
+        # The environment's OpenBLAS work-arounds slow numpy/torch: unset
+        # both for the peers only (attn-bench keeps them).
+        env.pop("OPENBLAS_CORETYPE", None)
+        env.pop("OPENBLAS_L2_SIZE", None)
+        env["OMP_NUM_THREADS"] = str(threads)
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        self.p = subprocess.Popen(
+            [python, os.path.join(HERE, "peers.py"), "serve", peer, "--threads", str(threads)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
+            env=env)
+        self.lines = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+        hello = self._read(startup_timeout)
+        if hello is None:
+            self.error = "worker did not start: " + self._stderr_tail()
+        elif not hello.get("ok"):
+            self.error = hello.get("error") or "import failed"
+        self.info = (hello or {}).get("info", {})
+
+    def _pump(self):
+        for line in self.p.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def _read(self, timeout):
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if line is None:
+            return None
+        try:
+            return json.loads(line)
+        except ValueError:
+            return {"ok": False, "error": "bad reply: " + line[:200]}
+
+    def _stderr_tail(self):
+        self.stderr.seek(0)
+        lines = [x for x in self.stderr.read().strip().splitlines() if x.strip()]
+        return lines[-1][:300] if lines else f"exit code {self.p.poll()}"
+
+    def run(self, s, min_time, reps, timeout):
+        if self.error:
+            return {"ok": False, "error": self.error}
+        try:
+            self.p.stdin.write(json.dumps({"shape": s, "min_time": min_time, "reps": reps}) + "\n")
+            self.p.stdin.flush()
+        except OSError:
+            self.error = "worker exited: " + self._stderr_tail()
+            return {"ok": False, "error": self.error}
+        r = self._read(timeout)
+        if r is None:
+            if self.p.poll() is None:
+                self.p.kill()
+                self.error = f"timed out after {timeout:.0f} s"
+            else:
+                self.error = "worker exited: " + self._stderr_tail()
+            return {"ok": False, "error": self.error}
+        return r
+
+    def close(self):
+        try:
+            self.p.stdin.write("quit\n")
+            self.p.stdin.flush()
+            self.p.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            self.p.kill()
+
+
+def tune(tuner, shape_list, threads, output, budget):
+    specs = sorted({f"{s['Tq']}:{s['Tk']}:{s['d']}:{s['causal']}" for s in shape_list})
+    cmd = [tuner, "--shapes", ",".join(specs), "--threads", ",".join(map(str, threads)),
+           "--output", output, "--budget", str(budget)]
+    print("# tuning: " + " ".join(cmd), file=sys.stderr, flush=True)
+    subprocess.run(cmd, check=True, stdout=sys.stderr)
+
+
+def fmt_ratio(a, b):
+    if a is None or b is None:
+        return "-"
+    return f"{a / b:.2f}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bench", default=os.path.join(ROOT, "build-perf", "bench", "attn-bench"))
+    ap.add_argument("--tuner", default=None, help="attn-tune (default: beside --bench's build)")
+    ap.add_argument("--venv", default=os.environ.get("ATTN_PEERS_VENV", "/tmp/attn-peers"))
+    ap.add_argument("--peers", default=",".join(PEERS))
+    ap.add_argument("--threads", default=None, help="e.g. 1,2 (default: 1 and all cores)")
+    ap.add_argument("--set", choices=("full", "quick"), default="full")
+    ap.add_argument("--tuning-file", default=None,
+                    help="tuning file auto follows (ATTN_TUNING_FILE); see --tune")
+    ap.add_argument("--tune", action="store_true",
+                    help="run attn-tune on exactly these shapes first, into --tuning-file "
+                         "(default: OUT/tuning.json)")
+    ap.add_argument("--tune-budget", type=float, default=600)
+    ap.add_argument("--min-time", type=float, default=0.2)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--out", default="/tmp/attn-compare", help="folder for raw results")
+    ap.add_argument("--timeout", type=float, default=600, help="seconds per peer call")
+    a = ap.parse_args()
+
+    ncores = len(os.sched_getaffinity(0))
+    threads = [int(x) for x in a.threads.split(",")] if a.threads else sorted({1, ncores})
+    shape_list = shapes(a.set)
+    os.makedirs(a.out, exist_ok=True)
+    bench = os.path.abspath(a.bench)
+    if not os.access(bench, os.X_OK):
+        sys.exit(f"compare: no attn-bench at {bench} (build it: bench/README.md)")
+    env = dict(os.environ)
+    if a.tune:
+        tuning = a.tuning_file or os.path.join(a.out, "tuning.json")
+        tuner = a.tuner or os.path.join(os.path.dirname(os.path.dirname(bench)), "tools",
+                                        "attn-tune")
+        tune(tuner, shape_list, threads, tuning, a.tune_budget)
+        env["ATTN_TUNING_FILE"] = os.path.abspath(tuning)
+    elif a.tuning_file:
+        env["ATTN_TUNING_FILE"] = os.path.abspath(a.tuning_file)
+    tuning_note = env.get("ATTN_TUNING_FILE", "(none: auto's default rule or the per-user cache)")
+
+    python = os.path.join(a.venv, "bin", "python")
+    install_status = {}
+    status_file = os.path.join(a.venv, "peers-install.txt")
+    if os.path.exists(status_file):
+        for line in open(status_file):
+            parts = line.split(None, 2)
+            if len(parts) >= 2:
+                install_status[parts[0]] = " ".join(parts[1:]).strip()
+    peers = [p for p in a.peers.split(",") if p]
+
+    results = []  # one dict per (threads, shape)
+    peer_notes = {}
+    t_start = time.time()
+    for n in threads:
+        workers = {}
+        for peer in peers:
+            if not os.access(python, os.X_OK):
+                peer_notes[peer] = f"no venv at {a.venv} (run bench/peers/setup_venv.sh)"
+                continue
+            st = install_status.get(peer, "")
+            if st.startswith("failed"):
+                peer_notes[peer] = "install " + st
+                continue
+            w = Worker(python, peer, n, startup_timeout=300)
+            workers[peer] = w
+            if w.error:
+                peer_notes.setdefault(peer, w.error)
+            elif w.info:
+                peer_notes.setdefault(peer, "ran: " + json.dumps(w.info, sort_keys=True))
+        for s in shape_list:
+            row = {"threads": n, "shape": s, "attn": run_attn(bench, s, n, a.min_time, a.reps,
+                                                              env), "peers": {}}
+            time.sleep(0.3)  # let the last library's worker threads go idle
+            for peer in peers:
+                if peer in workers:
+                    row["peers"][peer] = workers[peer].run(s, a.min_time, a.reps, a.timeout)
+                    time.sleep(0.3)
+                else:
+                    row["peers"][peer] = {"ok": False, "error": peer_notes.get(peer, "not run")}
+            results.append(row)
+            auto = row["attn"].get("auto", {}).get("seconds")
+            line = f"# threads={n} {label(s)}: auto " + (
+                f"{flops(s) / auto * 1e-9:.1f} GFLOP/s" if auto else "n/a")
+            for peer in peers:
+                r = row["peers"][peer]
+                line += f", {peer} " + (f"{r['gflops']:.1f}" if r.get("ok") else "failed")
+            print(line, file=sys.stderr, flush=True)
+        for w in workers.values():
+            w.close()
+    elapsed = time.time() - t_start
+
+    raw = os.path.join(a.out, "compare.json")
+    with open(raw, "w") as f:
+        json.dump({"threads": threads, "tuning_file": tuning_note, "peer_notes": peer_notes,
+                   "install_status": install_status, "results": results,
+                   "elapsed_s": elapsed, "cmd": sys.argv}, f, indent=1)
+
+    # ---- the tables ------------------------------------------------------
+    def gf(row, who):
+        if who in KERNELS:
+            r = row["attn"].get(who, {})
+            return flops(row["shape"]) / r["seconds"] * 1e-9 if "seconds" in r else None
+        r = row["peers"].get(who, {})
+        return r.get("gflops") if r.get("ok") else None
+
+    out = []
+    out.append(f"Command: `{' '.join(['python3', 'bench/peers/compare.py'] + sys.argv[1:])}`  ")
+    out.append(f"Tuning file for auto: `{tuning_note}`; {elapsed / 60:.1f} min in all.\n")
+    out.append("Peers:\n")
+    for peer in peers:
+        ran = any(r["peers"].get(peer, {}).get("ok") for r in results)
+        fails = sorted({r["peers"][peer].get("error", "")[:160] for r in results
+                        if not r["peers"].get(peer, {}).get("ok")})
+        state = "ran" if ran else "FAILED"
+        note = install_status.get(peer, "")
+        line = f"- {PEER_LABEL[peer]} ({peer}): {state}; install: {note or 'unknown'}"
+        if fails:
+            line += "; failures: " + " | ".join(fails)
+        out.append(line)
+    out.append("")
+    cols = [p for p in peers]
+    for n in threads:
+        rows = [r for r in results if r["threads"] == n]
+        out.append(f"### {n} thread{'s' if n > 1 else ''}: auto / X (X's time over auto's; "
+                   "> 1: auto faster)\n")
+        head = ["shape", "auto GFLOP/s", "/ blas", "/ naive", "/ streaming", "/ parallel",
+                "/ blocked"] + [f"/ {PEER_LABEL[p]}" for p in cols]
+        out.append("| " + " | ".join(head) + " |")
+        out.append("|" + "---|" * len(head))
+        for r in rows:
+            auto = gf(r, "auto")
+            cells = [label(r["shape"]), f"{auto:.1f}" if auto else "-"]
+            for who in ["blas", "naive", "streaming", "parallel", "blocked"] + cols:
+                cells.append(fmt_ratio(auto, gf(r, who)))
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+        out.append(f"GFLOP/s ({n} thread{'s' if n > 1 else ''}; decode: GB/s of K and V in "
+                   "brackets)\n")
+        head = ["shape"] + list(KERNELS) + [PEER_LABEL[p] for p in cols]
+        out.append("| " + " | ".join(head) + " |")
+        out.append("|" + "---|" * len(head))
+        for r in rows:
+            cells = [label(r["shape"])]
+            for who in list(KERNELS) + cols:
+                g = gf(r, who)
+                if g is None:
+                    cells.append("-")
+                elif r["shape"]["kind"] == "decode":
+                    gb = g * kv_bytes(r["shape"]) / flops(r["shape"])
+                    cells.append(f"{g:.1f} ({gb:.1f})")
+                else:
+                    cells.append(f"{g:.1f}")
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    text = "\n".join(out)
+    with open(os.path.join(a.out, "compare.md"), "w") as f:
+        f.write(text + "\n")
+    print(text)
+    print(f"# raw results: {raw}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
