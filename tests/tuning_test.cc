@@ -176,6 +176,28 @@ TEST(Tuner, ScoresByTheMinimumSampleAndReportsTheMedian) {
   EXPECT_DOUBLE_EQ(r.candidates[0].median, 5.0);
 }
 
+TEST(Tuner, RemeasuresTheBaselineWhenItLost) {
+  // The baseline's first samples fell into a burst of interference.
+  std::vector<double> baseline = {10.0, 10.0, 0.5, 0.5};
+  size_t next = 0;
+  attn_tune::TunerHooks hooks;
+  hooks.check = [](size_t) { return attn_tune::CheckOutcome{true, "", 0.0}; };
+  hooks.time_once = [&](size_t i) { return i == 0 ? baseline[next++] : 1.0; };
+  attn_tune::TunerSettings settings;
+  settings.max_repeats = 2;
+  attn_tune::TunerResult r = attn_tune::Tune(2, hooks, settings);
+  EXPECT_EQ(r.winner, 0);
+  EXPECT_EQ(r.candidates[0].samples.size(), 4u);
+  EXPECT_DOUBLE_EQ(r.candidates[0].best, 0.5);
+
+  // Without the second look, the candidate that ran in quiet times wins.
+  next = 0;
+  settings.remeasure_first = false;
+  r = attn_tune::Tune(2, hooks, settings);
+  EXPECT_EQ(r.winner, 1);
+  EXPECT_EQ(r.candidates[0].samples.size(), 2u);
+}
+
 TEST(Tuner, StopsAtTheBudgetButAlwaysMeasuresTheFirstCandidate) {
   attn_tune::TunerSettings settings;
   settings.max_repeats = 3;

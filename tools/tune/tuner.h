@@ -16,7 +16,8 @@
 // without further samples: it cannot win, and timing it would only eat the
 // budget. Once the time spent (checks and samples) reaches budget_seconds,
 // the remaining candidates are skipped; the candidate in progress keeps the
-// samples it has.
+// samples it has. Finally a baseline that lost is timed once more (see
+// remeasure_first).
 #pragma once
 
 #include <cstddef>
@@ -43,6 +44,11 @@ struct TunerSettings {
   int min_repeats = 2;    // samples before the budget may cut a candidate short
   double drop_ratio = 1.5;  // drop when best sample > drop_ratio x best score
   double budget_seconds = std::numeric_limits<double>::infinity();
+  // Time the first candidate (the baseline) again after the others when it
+  // did not win: a baseline measured during a burst of interference would
+  // otherwise make every speed-up over it look many times larger. If the
+  // new samples make it the fastest, it wins.
+  bool remeasure_first = true;
 };
 
 enum class Verdict {
