@@ -1,0 +1,48 @@
+"""attn: SIMD CPU kernels for scaled dot-product attention.
+
+    out = attn.attention(q, k, v, causal=True)
+
+runs on float32 NumPy arrays (or any DLPack / buffer-protocol CPU array) in
+place: no copies, any strides with a contiguous last dimension. Errors raise
+attn.Error (a ValueError) whose message names the bad field and value.
+"""
+from importlib.metadata import PackageNotFoundError, version as _version
+
+from ._attn import (
+    AutoChoice,
+    CAUSAL_MODES,
+    Error,
+    TuningStatus,
+    attention,
+    clear_tuning,
+    compiled_targets,
+    current_target,
+    current_tuning,
+    default_tuning_path,
+    explain,
+    force_target,
+    load_tuning_file,
+    supported_targets,
+)
+
+try:
+    __version__ = _version("attn")
+except PackageNotFoundError:  # imported from a build tree, not installed
+    __version__ = "unknown"
+
+__all__ = [
+    "AutoChoice",
+    "CAUSAL_MODES",
+    "Error",
+    "TuningStatus",
+    "attention",
+    "clear_tuning",
+    "compiled_targets",
+    "current_target",
+    "current_tuning",
+    "default_tuning_path",
+    "explain",
+    "force_target",
+    "load_tuning_file",
+    "supported_targets",
+]

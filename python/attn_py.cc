@@ -1,0 +1,331 @@
+// The Python module attn._attn: attention on NumPy (or any DLPack / buffer
+// protocol) float32 arrays, read and written in place through their strides,
+// plus the tuning and target APIs.
+//
+// Arrays are taken untyped and checked here rather than declared as
+// ndarray<float>: a typed parameter lets nanobind silently convert (copy) a
+// float64 or non-CPU array, and a copy is exactly what this module promises
+// never to make.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "attn/attn.h"
+#include "attn/tuning.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+using InArray = nb::ndarray<nb::ro, nb::device::cpu>;
+using OutArray = nb::ndarray<nb::device::cpu>;
+
+// An array of 1..4 dims seen as 4 dims [batch, heads, rows, cols]: missing
+// leading dims have extent 1 (and stride 0, which the library accepts as
+// broadcast).
+struct View4 {
+  void* data = nullptr;
+  std::array<int64_t, 4> shape{1, 1, 1, 1};
+  std::array<int64_t, 4> stride{0, 0, 0, 0};
+  size_t ndim = 0;
+};
+
+[[noreturn]] void Raise(const std::string& message) { throw nb::value_error(message.c_str()); }
+
+std::string Shape(const View4& v) {
+  std::string s = "(";
+  for (size_t i = 4 - v.ndim; i < 4; ++i) {
+    s += std::to_string(v.shape[i]);
+    s += (i + 1 < 4) ? ", " : (v.ndim == 1 ? ",)" : ")");
+  }
+  return s;
+}
+
+// NumPy's spelling of a DLPack dtype, for messages ("float64", "int32").
+std::string DtypeName(const nb::dlpack::dtype& dt) {
+  static const char* const kCodes[] = {"int", "uint", "float", "opaque", "bfloat", "complex",
+                                       "bool"};
+  const std::string base = dt.code < 7 ? kCodes[dt.code] : "code" + std::to_string(dt.code);
+  return base + std::to_string(dt.bits) + (dt.lanes > 1 ? "x" + std::to_string(dt.lanes) : "");
+}
+
+template <typename Array>
+View4 AsView(const char* name, const Array& a, size_t min_ndim) {
+  if (a.dtype() != nb::dtype<float>()) {
+    throw nb::type_error((std::string("attn: ") + name + " must be float32, got " +
+                          DtypeName(a.dtype()) + " (convert with .astype(numpy.float32))")
+                             .c_str());
+  }
+  View4 v;
+  v.ndim = a.ndim();
+  if (v.ndim < min_ndim || v.ndim > 4) {
+    Raise(std::string("attn: ") + name + " must have " + std::to_string(min_ndim) +
+          " to 4 dimensions, got " + std::to_string(v.ndim));
+  }
+  v.data = const_cast<void*>(static_cast<const void*>(a.data()));
+  for (size_t i = 0; i < v.ndim; ++i) {
+    v.shape[4 - v.ndim + i] = static_cast<int64_t>(a.shape(i));
+    v.stride[4 - v.ndim + i] = a.stride(i);
+  }
+  return v;
+}
+
+// The library reads rows as contiguous vectors; a strided last dimension
+// would need a copy, which is the caller's decision to make.
+void RequireContiguousRows(const char* name, const View4& v) {
+  if (v.shape[3] > 1 && v.stride[3] != 1) {
+    Raise(std::string("attn: ") + name +
+          "'s last dimension must be contiguous (stride 1 element), got stride " +
+          std::to_string(v.stride[3]) + "; pass numpy.ascontiguousarray(" + name + ")");
+  }
+}
+
+// Extent of a broadcastable dim: `want`, or 1 (then read with stride 0).
+int64_t BroadcastStride(const char* name, const View4& v, int dim, int64_t want,
+                        const char* what) {
+  if (v.shape[dim] == want) return v.stride[dim];
+  if (v.shape[dim] == 1) return 0;
+  Raise(std::string("attn: ") + name + " " + what + " must be " + std::to_string(want) +
+        " or 1, got " + std::to_string(v.shape[dim]) + " (shape " + Shape(v) + ")");
+}
+
+void RequireEqual(const char* field, int64_t got, int64_t want, const char* want_what) {
+  if (got != want) {
+    Raise(std::string("attn: ") + field + " must equal " + want_what + " (" +
+          std::to_string(want) + "), got " + std::to_string(got));
+  }
+}
+
+attn::Causal ParseCausal(const nb::handle& causal) {
+  if (causal.is_none()) return attn::Causal::kNone;
+  if (nb::isinstance<nb::bool_>(causal)) {
+    return nb::cast<bool>(causal) ? attn::Causal::kBottomRight : attn::Causal::kNone;
+  }
+  if (nb::isinstance<nb::str>(causal)) {
+    const std::string s = nb::cast<std::string>(causal);
+    if (s == "none") return attn::Causal::kNone;
+    if (s == "bottom_right") return attn::Causal::kBottomRight;
+    if (s == "top_left") return attn::Causal::kTopLeft;
+    Raise("attn: causal must be False, True, 'none', 'bottom_right' or 'top_left', got '" + s +
+          "'");
+  }
+  Raise("attn: causal must be a bool or str, got " +
+        nb::cast<std::string>(nb::str(causal.type().attr("__name__"))));
+}
+
+nb::object NumpyEmpty(const std::vector<int64_t>& shape) {
+  nb::module_ np = nb::module_::import_("numpy");
+  nb::object dims = nb::cast(shape);  // a list: numpy.empty takes any sequence
+  return np.attr("empty")(dims, "dtype"_a = np.attr("float32"));
+}
+
+// Without conversion: nanobind would otherwise copy an array it cannot take
+// as it is (a read-only `out`, say), and the result would go to the copy.
+template <typename Array>
+Array ToArray(const char* name, const nb::handle& obj, const char* what) {
+  Array a;
+  if (!nb::try_cast(obj, a, /*convert=*/false)) {
+    throw nb::type_error((std::string("attn: ") + name + " must be " + what + ", got " +
+                          nb::cast<std::string>(nb::str(obj.type().attr("__name__"))))
+                             .c_str());
+  }
+  return a;
+}
+
+constexpr const char* kInWhat = "a CPU array (NumPy, or any DLPack or buffer-protocol object)";
+constexpr const char* kOutWhat = "a writable CPU array (NumPy, or any DLPack or buffer-protocol object)";
+
+nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb::handle& v_obj,
+                     const nb::handle& causal, std::optional<float> scale,
+                     const nb::handle& mask_obj, const std::string& kernel, int threads,
+                     bool return_lse, const nb::handle& out_obj_in) {
+  const InArray q_arr = ToArray<InArray>("q", q_obj, kInWhat);
+  const InArray k_arr = ToArray<InArray>("k", k_obj, kInWhat);
+  const InArray v_arr = ToArray<InArray>("v", v_obj, kInWhat);
+  const View4 q = AsView("q", q_arr, 2), k = AsView("k", k_arr, 2), v = AsView("v", v_arr, 2);
+  RequireContiguousRows("q", q);
+  RequireContiguousRows("k", k);
+  RequireContiguousRows("v", v);
+
+  attn::Problem p;
+  p.batch = q.shape[0];
+  p.q_heads = q.shape[1];
+  p.q_len = q.shape[2];
+  p.head_dim = q.shape[3];
+  p.kv_heads = k.shape[1];
+  p.kv_len = k.shape[2];
+  p.value_dim = v.shape[3];
+  RequireEqual("k.shape[-1] (head_dim)", k.shape[3], p.head_dim, "q.shape[-1]");
+  RequireEqual("v.shape[-2] (kv_len)", v.shape[2], p.kv_len, "k.shape[-2]");
+  RequireEqual("v.shape[-3] (kv_heads)", v.shape[1], p.kv_heads, "k.shape[-3]");
+  // Batch broadcasts like NumPy: a K/V batch of 1 is shared by every query batch.
+  const int64_t k_batch = BroadcastStride("k", k, 0, p.batch, "batch (shape[-4])");
+  const int64_t v_batch = BroadcastStride("v", v, 0, p.batch, "batch (shape[-4])");
+  p.q = {static_cast<const float*>(q.data), q.stride[0], q.stride[1], q.stride[2]};
+  p.k = {static_cast<const float*>(k.data), k_batch, k.stride[1], k.stride[2]};
+  p.v = {static_cast<const float*>(v.data), v_batch, v.stride[1], v.stride[2]};
+  p.scale = scale;
+  p.causal = ParseCausal(causal);
+
+  InArray mask_arr;
+  if (!mask_obj.is_none()) {
+    mask_arr = ToArray<InArray>("mask", mask_obj, kInWhat);
+    const View4 m = AsView("mask", mask_arr, 2);
+    p.mask.data = static_cast<const float*>(m.data);
+    p.mask.batch_stride = BroadcastStride("mask", m, 0, p.batch, "batch (shape[-4])");
+    p.mask.head_stride = BroadcastStride("mask", m, 1, p.q_heads, "heads (shape[-3])");
+    p.mask.row_stride = BroadcastStride("mask", m, 2, p.q_len, "rows (shape[-2])");
+    p.mask.col_stride = BroadcastStride("mask", m, 3, p.kv_len, "columns (shape[-1])");
+  }
+
+  // Outputs keep q's leading dims, so a 2-D (T, d) call returns (T, d_v).
+  std::vector<int64_t> out_shape, lse_shape;
+  for (size_t i = 4 - q.ndim; i < 3; ++i) lse_shape.push_back(q.shape[i]);
+  out_shape = lse_shape;
+  out_shape.push_back(*p.value_dim);
+
+  nb::object out_obj;
+  OutArray out_arr;
+  View4 o;
+  if (!out_obj_in.is_none()) {
+    out_arr = ToArray<OutArray>("out", out_obj_in, kOutWhat);
+    o = AsView("out", out_arr, 2);
+    RequireContiguousRows("out", o);
+    bool same = o.ndim == q.ndim;
+    for (size_t i = 0; same && i < out_shape.size(); ++i) {
+      same = o.shape[4 - q.ndim + i] == out_shape[i];
+    }
+    if (!same) {
+      View4 want;
+      want.ndim = q.ndim;
+      for (size_t i = 0; i < out_shape.size(); ++i) want.shape[4 - q.ndim + i] = out_shape[i];
+      Raise("attn: out must have shape " + Shape(want) + ", got " + Shape(o));
+    }
+    out_obj = nb::borrow(out_obj_in);
+  } else {
+    out_obj = NumpyEmpty(out_shape);
+    out_arr = ToArray<OutArray>("out", out_obj, kOutWhat);
+    o = AsView("out", out_arr, 2);
+  }
+  p.out = {static_cast<float*>(o.data), o.stride[0], o.stride[1], o.stride[2]};
+
+  nb::object lse_obj;
+  OutArray lse_arr;
+  if (return_lse) {
+    lse_obj = NumpyEmpty(lse_shape);
+    lse_arr = ToArray<OutArray>("lse", lse_obj, kOutWhat);
+    const View4 l = AsView("lse", lse_arr, 1);
+    // lse is [.., rows] with no column: its dims sit one place to the right.
+    p.lse = {static_cast<float*>(l.data), l.stride[1], l.stride[2], l.stride[3]};
+  }
+
+  attn::Options options;
+  options.kernel = attn::ParseKernel(kernel);
+  options.threads = threads;
+  {
+    // The arrays stay referenced by the ndarray handles above, so the
+    // kernels may run without the GIL (other Python threads keep going).
+    nb::gil_scoped_release release;
+    attn::attention(p, options);
+  }
+  if (return_lse) return nb::make_tuple(out_obj, lse_obj);
+  return out_obj;
+}
+
+std::string CausalName(attn::Causal c) {
+  switch (c) {
+    case attn::Causal::kNone: return "none";
+    case attn::Causal::kBottomRight: return "bottom_right";
+    case attn::Causal::kTopLeft: return "top_left";
+  }
+  return "?";
+}
+
+}  // namespace
+
+NB_MODULE(_attn, m) {
+  m.doc() = "attn: SIMD CPU kernels for scaled dot-product attention";
+  // attn::Error is "bad input": a ValueError carrying the library's message
+  // (it names the field and the bad value).
+  nb::exception<attn::Error>(m, "Error", PyExc_ValueError);
+
+  m.def("attention", &Attention, "q"_a, "k"_a, "v"_a, nb::kw_only(), "causal"_a = false,
+        "scale"_a = nb::none(), "mask"_a = nb::none(), "kernel"_a = "auto", "threads"_a = 0,
+        "return_lse"_a = false, "out"_a = nb::none(),
+        R"(softmax(q @ k.T * scale + mask) @ v over float32 arrays, without copies.
+
+q: (..., Tq, d), k: (..., Tk, d), v: (..., Tk, dv) with ... = [batch,] heads
+(2 to 4 dims). k and v may have fewer heads than q (grouped-query attention:
+their head count must divide q's) and a batch of 1 (shared). Any strides
+work (transposed views such as x.transpose(0, 2, 1, 3) of a [B, T, H, d]
+array are read in place) as long as the last dimension is contiguous.
+
+causal: False/'none', True/'bottom_right' (query i sees keys up to
+Tk - Tq + i: the KV-cache alignment), or 'top_left' (PyTorch's is_causal).
+scale: default 1/sqrt(d). mask: additive float32, broadcastable to
+(batch, heads, Tq, Tk); -inf hides a key. kernel: 'auto', 'naive',
+'blocked', 'streaming' or 'parallel'. threads: 0 = OpenMP's default.
+out: optional float32 array of the output's shape to write into.
+
+Returns out, or (out, lse) with return_lse=True (lse: (..., Tq), the natural
+log-sum-exp of each row's scores). Raises attn.Error (a ValueError) naming
+the bad field and value; TypeError for a non-float32 array.)");
+
+  nb::class_<attn::TuningStatus>(m, "TuningStatus")
+      .def_ro("loaded", &attn::TuningStatus::loaded)
+      .def_ro("path", &attn::TuningStatus::path)
+      .def_ro("entries", &attn::TuningStatus::entries)
+      .def_ro("warning", &attn::TuningStatus::warning)
+      .def("__repr__", [](const attn::TuningStatus& s) {
+        return "TuningStatus(loaded=" + std::string(s.loaded ? "True" : "False") + ", path='" +
+               s.path + "', entries=" + std::to_string(s.entries) + ", warning='" + s.warning +
+               "')";
+      });
+  nb::class_<attn::AutoChoice>(m, "AutoChoice")
+      .def_prop_ro("kernel", [](const attn::AutoChoice& c) { return attn::KernelName(c.kernel); })
+      .def_prop_ro("q_block", [](const attn::AutoChoice& c) { return c.tiles.q_block; })
+      .def_prop_ro("kv_block", [](const attn::AutoChoice& c) { return c.tiles.kv_block; })
+      .def_prop_ro("kv_splits", [](const attn::AutoChoice& c) { return c.tiles.kv_splits; })
+      .def_ro("threads", &attn::AutoChoice::threads)
+      .def_ro("source", &attn::AutoChoice::source)
+      .def_ro("reason", &attn::AutoChoice::reason)
+      .def("__repr__", [](const attn::AutoChoice& c) {
+        return std::string("AutoChoice(kernel='") + attn::KernelName(c.kernel) +
+               "', q_block=" + std::to_string(c.tiles.q_block) +
+               ", kv_block=" + std::to_string(c.tiles.kv_block) +
+               ", kv_splits=" + std::to_string(c.tiles.kv_splits) +
+               ", threads=" + std::to_string(c.threads) + ", source='" + c.source + "')";
+      });
+
+  m.def("load_tuning_file", &attn::LoadTuningFile, "path"_a,
+        "Makes kernel='auto' follow this attn-tune file. A bad or foreign file is ignored "
+        "(defaults stay; results never change): check the returned status's warning.");
+  m.def("current_tuning", &attn::CurrentTuning, "The active tuning table (loads it at first use).");
+  m.def("clear_tuning", &attn::ClearTuning, "Drops the active table: 'auto' uses the default rule.");
+  m.def("default_tuning_path", &attn::DefaultTuningPath,
+        "$XDG_CACHE_HOME/attn/tuning.json, else ~/.cache/attn/tuning.json ('' if neither is set).");
+  m.def(
+      "explain",
+      [](int64_t q_len, int64_t kv_len, int64_t head_dim, const nb::handle& causal, int threads) {
+        return attn::ExplainChoice(q_len, kv_len, head_dim, ParseCausal(causal), threads);
+      },
+      "q_len"_a, "kv_len"_a, "head_dim"_a, nb::kw_only(), "causal"_a = false, "threads"_a = 0,
+      "What kernel='auto' runs for a shape (one head), and why.");
+
+  m.def("compiled_targets", &attn::CompiledTargets, "SIMD targets compiled into the library.");
+  m.def("supported_targets", &attn::SupportedTargets, "Compiled targets this CPU can run.");
+  m.def("current_target", &attn::CurrentTarget, "The SIMD target the kernels use now.");
+  m.def("force_target", &attn::ForceTarget, "name"_a,
+        "Forces a SIMD target for the process ('' or 'auto': the best supported).");
+  m.attr("CAUSAL_MODES") = nb::make_tuple(CausalName(attn::Causal::kNone),
+                                          CausalName(attn::Causal::kBottomRight),
+                                          CausalName(attn::Causal::kTopLeft));
+}

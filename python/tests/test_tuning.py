@@ -1,0 +1,39 @@
+"""The tuning and target API: what `auto` runs, loading a table, and the
+warning (never an exception) for a file that cannot be used."""
+import json
+
+import attn
+
+
+def test_explain_without_a_table_uses_the_default_rule():
+    attn.clear_tuning()
+    choice = attn.explain(1, 4096, 128)
+    assert choice.source == "default"
+    assert choice.kernel in ("naive", "blocked", "streaming", "parallel")
+    assert choice.q_block > 0 and choice.kv_block > 0 and choice.kv_splits > 0
+    assert "default rule" in choice.reason
+
+
+def test_a_missing_file_is_ignored_with_a_warning(tmp_path):
+    path = str(tmp_path / "missing.json")
+    status = attn.load_tuning_file(path)
+    assert not status.loaded and status.entries == 0
+    assert path in status.warning
+    assert attn.explain(64, 64, 64).source == "default"
+
+
+def test_a_foreign_file_is_ignored_and_results_do_not_change(tmp_path):
+    path = tmp_path / "foreign.json"
+    path.write_text(json.dumps({"schema": 1, "cpu": "some other machine", "entries": []}))
+    status = attn.load_tuning_file(str(path))
+    assert not status.loaded and status.warning
+    assert attn.current_tuning().loaded is False
+
+
+def test_targets():
+    assert attn.current_target() in attn.supported_targets()
+    assert set(attn.supported_targets()) <= set(attn.compiled_targets())
+
+
+def test_version_is_the_library_version():
+    assert attn.__version__.count(".") == 2
