@@ -15,6 +15,7 @@
 
 #include "dispatch/registry.h"
 #include "dispatch/targets.h"
+#include "kernels/kernel.h"
 #include "kernels/naive/naive.h"
 #include "kernels/streaming/streaming.h"
 
@@ -443,7 +444,8 @@ TileInputs TileInputsFor(const Problem& p, int threads) {
   in.kv_len = p.kv_len;
   in.head_dim = p.head_dim;
   in.value_dim = p.ValueDim();
-  in.heads = p.batch * p.q_heads;
+  // Independent work items: grouped-query decode runs one view per kv head.
+  in.heads = HeadViews(p).size();
   in.panel_width = PanelWidth();
   in.threads = threads;
   return in;
