@@ -1,0 +1,309 @@
+#!/usr/bin/env python3
+"""perf_regress: CI performance regression check for attn.
+
+Runs a fixed, fast subset of attn-bench (about 30 s on 2 cores) and compares
+it with the committed baseline (bench/baseline.json) using only figures that
+do not depend on how fast the machine is:
+
+  peak_frac    the row's GFLOP/s / the FP32 FMA peak measured by attn-bench's
+               probe in the same process (per-thread CPU time for threads:1
+               rows, so other processes on a shared machine barely move it);
+  / blas       the row's GFLOP/s / the OpenBLAS baseline row of the same shape
+               and thread count, same run;
+  / naive      the row's GFLOP/s / the naive kernel's row of the same shape,
+               same run (not for naive itself).
+
+Never absolute times. Each row is measured --repetitions times (default 3)
+and its fastest repetition counts, since load from elsewhere only ever slows
+a repetition down. A gated row REGRESSES in a run when the median of its
+figures' changes from the baseline (the mean, for rows with two figures) is
+a drop of more than --threshold (default 33%): a real slowdown of an attn
+kernel lowers all of them together, while noise in one reference row (a
+descheduled blas run, say) moves only one. With --retries
+(default 2, what CI uses) a run that shows a regression is repeated and the
+check fails only for rows that regressed in at least 2 of the 1 + retries
+runs. Rows marked "info" (the 2-thread rows, timed by the wall clock and so
+at the mercy of the other core's load) are printed but never fail the check.
+
+The threshold: on the unchanged tree, 5 consecutive runs on the shared 2-core
+dev machine (load average 3-6) gave row scores down to -26%; a deliberate 2x
+slowdown (ATTN_BENCH_SLOWDOWN=2) gave scores from -42% to -62% (ideal: -50%).
+33% sits between the two; the majority-of-3 rule absorbs a single noisy run.
+bench/README.md ("Performance regression check") has the numbers.
+
+Exit status: 0 no regression (or nothing comparable: the SIMD target or
+the CPU model differs from the baseline's, which is said loudly), 1
+regression, 2 usage or attn-bench failure.
+
+  tools/perf_regress.py --bench build/bench/attn-bench            # check
+  tools/perf_regress.py --bench build/bench/attn-bench --update-baseline
+  ATTN_BENCH_SLOWDOWN=2 tools/perf_regress.py ...                  # must fail
+
+Standard library only, so CI needs nothing beyond python3.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_BASELINE = os.path.join(ROOT, "bench", "baseline.json")
+
+# The fixed subset. Shapes with their naive and blas reference rows; every
+# attn kernel at one thread on each (gated); auto/parallel/blas at two
+# threads on the larger ones (info only).
+SHAPES = [
+    "T:512/d:64/causal:0",
+    "T:512/d:64/causal:1",
+    "T:2048/d:128/causal:0",
+    "T:2048/d:128/causal:1",
+]
+GATED_KERNELS = ["naive", "blocked", "streaming", "parallel", "auto"]
+DECODE = "decode/Hq:32/Hkv:8/Tk:4096/d:128"  # Llama-style GQA decode step
+
+
+def subset():
+    """[(row name, gated?, reference shape key, kernel, threads)]"""
+    rows = []
+    for s in SHAPES:
+        for k in GATED_KERNELS + ["blas"]:
+            rows.append((f"{k}/{s}/threads:1", k != "blas", s, k, 1))
+        if s.startswith("T:2048"):
+            for k in ("parallel", "auto", "blas"):
+                rows.append((f"{k}/{s}/threads:2", False, s, k, 2))
+    for k in ("naive", "streaming", "auto"):
+        rows.append((f"{k}/{DECODE}/threads:1", k != "naive", DECODE, k, 1))
+    return rows
+
+
+def run_bench(bench, min_time, slowdown_env, repetitions=3):
+    rows = subset()
+    regex = "^(" + "|".join(r[0] for r in rows) + ")$"
+    env = dict(os.environ)
+    # auto must follow its built-in rule, not whatever tuning table the
+    # machine's user cache holds (set but empty: no table).
+    env["ATTN_TUNING_FILE"] = ""
+    if slowdown_env is not None:
+        env["ATTN_BENCH_SLOWDOWN"] = slowdown_env
+    cmd = [bench, "--benchmark_filter=" + regex,
+           f"--benchmark_min_time={min_time}", f"--benchmark_repetitions={repetitions}",
+           "--benchmark_report_aggregates_only=false", "--benchmark_format=json"]
+    t0 = time.time()
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"attn-bench exited {p.returncode}: {p.stderr.strip()[-500:]}")
+    data = json.loads(p.stdout)
+    by_name = {}
+    for b in data.get("benchmarks", []):
+        if b.get("run_type") == "aggregate":
+            continue
+        if b.get("error_occurred"):
+            raise RuntimeError(f"{b['name']}: {b.get('error_message')}")
+        # The best of the repetitions: a burst of load from elsewhere only
+        # ever slows a repetition down.
+        name = b.get("run_name", b["name"])
+        if name not in by_name or b["GFLOPS"] > by_name[name]["GFLOPS"]:
+            by_name[name] = b
+    missing = [r[0] for r in rows if r[0] not in by_name]
+    if missing:
+        raise RuntimeError("attn-bench has no row " + ", ".join(missing[:3]) +
+                           (" ..." if len(missing) > 3 else ""))
+    figs = {}
+    for name, gated, shape, kernel, threads in rows:
+        b = by_name[name]
+        f = {"gated": gated, "peak_frac": b["peak_frac"]}
+        blas = by_name.get(f"blas/{shape}/threads:{threads}")
+        naive = by_name.get(f"naive/{shape}/threads:1")
+        if kernel != "blas" and blas:
+            f["ratio_blas"] = b["GFLOPS"] / blas["GFLOPS"]
+        if kernel not in ("naive", "blas") and naive and threads == 1:
+            f["ratio_naive"] = b["GFLOPS"] / naive["GFLOPS"]
+        f["GFLOPS"] = b["GFLOPS"]  # printed, never compared
+        figs[name] = f
+    ctx = data.get("context", {})
+    return {"rows": figs, "target": ctx.get("attn_target", "?"),
+            "seconds": time.time() - t0}
+
+
+FIGS = ("peak_frac", "ratio_blas", "ratio_naive")
+
+
+def compare(run, base, threshold):
+    """{row: {fig: relative change}, "regressed": bool}"""
+    out = {}
+    for name, f in run["rows"].items():
+        b = base["rows"].get(name)
+        if not b:
+            out[name] = {"new": True, "regressed": False, "gated": f["gated"]}
+            continue
+        ch = {}
+        for k in FIGS:
+            if k in f and k in b and b[k] > 0:
+                ch[k] = f[k] / b[k] - 1.0
+        regressed = bool(ch) and statistics.median(ch.values()) < -threshold
+        out[name] = {"changes": ch, "regressed": regressed, "gated": f["gated"]}
+    return out
+
+
+def print_table(run, cmp, base, threshold, verdicts=None):
+    w = max(len(n) for n in run["rows"])
+    print(f"{'row':<{w}}  {'peak_frac':>17}  {'/ blas':>17}  {'/ naive':>17}  status")
+    for name, f in run["rows"].items():
+        c = cmp[name]
+        b = base["rows"].get(name, {})
+        cells = []
+        for k in FIGS:
+            if k in f and k in b:
+                cells.append(f"{f[k]:7.3f} {c['changes'][k]:+7.1%}  ")
+            elif k in f:
+                cells.append(f"{f[k]:7.3f}    new  ")
+            else:
+                cells.append(f"{'-':>17}")
+        if c.get("new"):
+            status = "new (not in baseline)"
+        elif not c["gated"]:
+            status = "info" + (" (down)" if c["regressed"] else "")
+        elif verdicts is not None and name in verdicts:
+            status = verdicts[name]
+        else:
+            status = "REGRESSED" if c["regressed"] else "ok"
+        print(f"{name:<{w}}  " + "".join(f"{x:>17}  " for x in cells) + status)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bench", default=os.path.join(ROOT, "build", "bench", "attn-bench"))
+    ap.add_argument("--baseline", default=DEFAULT_BASELINE)
+    ap.add_argument("--threshold", type=float, default=0.33,
+                    help="fractional drop of a row's median figure that counts as a regression")
+    ap.add_argument("--retries", type=int, default=2,
+                    help="extra runs when a regression shows; fail if a row regressed in a "
+                         "majority of runs (0: one run decides)")
+    ap.add_argument("--min-time", type=float, default=0.1,
+                    help="attn-bench --benchmark_min_time per repetition of a row")
+    ap.add_argument("--repetitions", type=int, default=3,
+                    help="repetitions of each row; the fastest counts")
+    ap.add_argument("--update-baseline", action="store_true",
+                    help="measure --runs times and write the per-figure median as the baseline")
+    ap.add_argument("--runs", type=int, default=3, help="runs for --update-baseline")
+    ap.add_argument("--json", help="also write this run's figures here")
+    a = ap.parse_args()
+
+    if not os.access(a.bench, os.X_OK):
+        print(f"perf_regress: no attn-bench at {a.bench}", file=sys.stderr)
+        return 2
+    slow = os.environ.get("ATTN_BENCH_SLOWDOWN")
+    t_start = time.time()
+
+    if a.update_baseline:
+        if slow not in (None, "", "1"):
+            print("perf_regress: refusing to write a baseline with ATTN_BENCH_SLOWDOWN set",
+                  file=sys.stderr)
+            return 2
+        runs = []
+        for i in range(a.runs):
+            runs.append(run_bench(a.bench, a.min_time, None, a.repetitions))
+            print(f"perf_regress: baseline run {i + 1}/{a.runs}: {runs[-1]['seconds']:.0f} s",
+                  file=sys.stderr)
+        rows = {}
+        for name, f in runs[0]["rows"].items():
+            rows[name] = {"gated": f["gated"]}
+            for k in FIGS + ("GFLOPS",):
+                if k in f:
+                    rows[name][k] = round(statistics.median(r["rows"][name][k] for r in runs), 5)
+        base = {"schema": 1, "target": runs[0]["target"],
+                "machine": _cpu_model(),
+                "made": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+                "how": f"tools/perf_regress.py --update-baseline --runs {a.runs} "
+                       f"--min-time {a.min_time} --repetitions {a.repetitions} (per figure: "
+                       "the median over the runs of each run's fastest repetition)",
+                "rows": rows}
+        with open(a.baseline, "w") as f:
+            json.dump(base, f, indent=1)
+            f.write("\n")
+        print(f"perf_regress: wrote {a.baseline} ({len(rows)} rows, target {base['target']})")
+        return 0
+
+    try:
+        with open(a.baseline) as f:
+            base = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"perf_regress: cannot read baseline {a.baseline}: {e}", file=sys.stderr)
+        return 2
+
+    try:
+        run = run_bench(a.bench, a.min_time, slow, a.repetitions)
+    except RuntimeError as e:
+        print(f"perf_regress: {e}", file=sys.stderr)
+        return 2
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(run, f, indent=1)
+    if run["target"] != base.get("target"):
+        print(f"perf_regress: WARNING: this run's SIMD target is {run['target']}, the baseline's "
+              f"is {base.get('target')} ({base.get('machine')}): figures are not comparable, "
+              "nothing checked. Refresh the baseline on this machine (bench/README.md).")
+        return 0
+
+    if base.get("machine") and base["machine"] != _cpu_model():
+        print(f"perf_regress: WARNING: this CPU is {_cpu_model()}, the baseline's is "
+              f"{base['machine']}: peak fractions and ratios differ between CPU models, so the "
+              "table below is for information and nothing is checked. Refresh the baseline on "
+              "this machine (bench/README.md).")
+        print_table(run, compare(run, base, a.threshold), base, a.threshold)
+        return 0
+    cmp = compare(run, base, a.threshold)
+    runs_cmp = [cmp]
+    flagged = [n for n, c in cmp.items() if c["gated"] and c["regressed"]]
+    for i in range(a.retries if flagged else 0):
+        print(f"perf_regress: {len(flagged)} row(s) below threshold, re-running "
+              f"({i + 1}/{a.retries}) ...", file=sys.stderr)
+        try:
+            runs_cmp.append(compare(run_bench(a.bench, a.min_time, slow, a.repetitions), base,
+                                    a.threshold))
+        except RuntimeError as e:
+            print(f"perf_regress: {e}", file=sys.stderr)
+            return 2
+    need = len(runs_cmp) // 2 + 1
+    verdicts, failed = {}, []
+    for name, c in cmp.items():
+        if not c["gated"] or c.get("new"):
+            continue
+        hits = sum(1 for rc in runs_cmp if rc[name]["regressed"])
+        if hits >= need:
+            verdicts[name] = f"REGRESSED ({hits}/{len(runs_cmp)} runs)"
+            failed.append(name)
+        elif hits:
+            verdicts[name] = f"ok (noise: {hits}/{len(runs_cmp)} runs)"
+        else:
+            verdicts[name] = "ok"
+    print(f"perf_regress: attn-bench subset vs {os.path.relpath(a.baseline, os.getcwd())} "
+          f"(target {run['target']}, baseline made {base.get('made')}); a row regresses when "
+          f"its median figure drops > {a.threshold:.0%}" +
+          (f"; ATTN_BENCH_SLOWDOWN={slow}" if slow else ""))
+    print_table(run, cmp, base, a.threshold, verdicts)
+    gated = [n for n, c in cmp.items() if c["gated"] and not c.get("new")]
+    print(f"perf_regress: {len(gated) - len(failed)} gated rows within threshold, "
+          f"{len(failed)} regressed; {len(runs_cmp)} run(s), {time.time() - t_start:.0f} s")
+    return 1 if failed else 0
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
