@@ -3,6 +3,7 @@
 #include <benchmark/benchmark.h>
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -201,7 +202,31 @@ void RunCase(benchmark::State& state, const Case& c) {
   SetCounters(state, c, clock);
 }
 
+// The thread counts of the parallel, auto and blas rows: {1, 2}, or the
+// comma-separated list in ATTN_BENCH_THREADS (e.g. "1,16" on a 16-core host;
+// the names carry the count, so the default rows keep their names).
+std::vector<int> MultiThreadCounts() {
+  std::vector<int> counts;
+  const char* env = std::getenv("ATTN_BENCH_THREADS");
+  if (env == nullptr || *env == '\0') return {1, 2};
+  std::string list = env;
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    const int n = std::atoi(list.substr(start, comma - start).c_str());
+    if (n < 1) {
+      std::fprintf(stderr, "attn-bench: ATTN_BENCH_THREADS must list integers >= 1, got '%s'\n",
+                   env);
+      std::exit(1);
+    }
+    counts.push_back(n);
+    start = comma + 1;
+  }
+  return counts;
+}
+
 std::vector<Case> DefaultCases() {
+  const std::vector<int> multi = MultiThreadCounts();
   const int64_t kT[] = {128, 512, 2048, 8192};
   const int64_t kD[] = {64, 128};
   struct Kernel {
@@ -214,8 +239,8 @@ std::vector<Case> DefaultCases() {
       {"naive", attn::KernelId::kNaive, {1}, 2048},  // scalar: slow, T <= 2048
       {"blocked", attn::KernelId::kBlocked, {1}, 1 << 30},
       {"streaming", attn::KernelId::kStreaming, {1}, 1 << 30},
-      {"parallel", attn::KernelId::kParallel, {1, 2}, 1 << 30},
-      {"auto", attn::KernelId::kAuto, {1, 2}, 1 << 30},
+      {"parallel", attn::KernelId::kParallel, multi, 1 << 30},
+      {"auto", attn::KernelId::kAuto, multi, 1 << 30},
   };
   std::vector<Case> cases;
   auto add_single = [&](const Kernel& kern) {
@@ -312,7 +337,7 @@ std::vector<Case> DefaultCases() {
   }
 #ifdef ATTN_BENCH_HAVE_BLAS
   // Last, so OpenBLAS's worker threads never idle-spin during attn cases.
-  const Kernel blas = {"blas", attn::KernelId::kAuto, {1, 2}, 1 << 30};
+  const Kernel blas = {"blas", attn::KernelId::kAuto, multi, 1 << 30};
   add_single(blas);
   add_multi_head(blas, 1 << 30);
   add_decode_mh(blas);

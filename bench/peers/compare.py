@@ -14,9 +14,11 @@ Prints markdown tables: GFLOP/s per implementation, and `auto` / X for every
 X (> 1 means attn's auto is faster). A peer that did not install, import, or
 run (or gave a wrong answer) is listed with its reason, never dropped.
 
-Timing is the same for everyone: wall clock, minimum over --reps samples,
-each sample >= --min-time seconds (attn-bench: --benchmark_repetitions and
-the min of the per-repetition real_time). Useful FLOPs: 4*H*Tq*Tk*d, halved
+Timing is the same for everyone: the minimum over --reps samples, each
+sample >= --min-time seconds (attn-bench: --benchmark_repetitions and the
+min over repetitions), of CPU time at one thread (attn: the benchmark
+thread's; a peer: its whole process's, so other processes on a shared
+machine count for neither) and of wall-clock time at more threads. Useful FLOPs: 4*H*Tq*Tk*d, halved
 when causal; decode rows also give GB/s of K and V (H*Tk*2d*4 bytes).
 
 Shapes (--set full): single head T in {128, 512, 2048, 8192}, d in {64, 128},
@@ -29,6 +31,7 @@ import argparse
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -113,9 +116,12 @@ def run_attn(bench, s, threads, min_time, reps, env):
         if b.get("error_occurred"):
             res[k] = {"error": b.get("error_message", "error")}
             continue
-        sec = b["real_time"] * UNIT[b.get("time_unit", "ns")]
+        # One thread: the benchmark thread's CPU time (all the work runs on
+        # it); more: the wall clock. The peers are timed the same way.
+        unit = UNIT[b.get("time_unit", "ns")]
+        sec = (b["cpu_time"] if threads == 1 else b["real_time"]) * unit
         if k not in res or sec < res[k]["seconds"]:
-            res[k] = {"seconds": sec}
+            res[k] = {"seconds": sec, "seconds_wall": b["real_time"] * unit}
     return res
 
 
@@ -214,6 +220,9 @@ def main():
     ap.add_argument("--bench", default=os.path.join(ROOT, "build-perf", "bench", "attn-bench"))
     ap.add_argument("--tuner", default=None, help="attn-tune (default: beside --bench's build)")
     ap.add_argument("--venv", default=os.environ.get("ATTN_PEERS_VENV", "/tmp/attn-peers"))
+    ap.add_argument("--python", default=None,
+                    help="python that runs the peers (default: the venv's); e.g. python3 on a "
+                         "host whose system Python has PyTorch")
     ap.add_argument("--peers", default=",".join(PEERS))
     ap.add_argument("--threads", default=None, help="e.g. 1,2 (default: 1 and all cores)")
     ap.add_argument("--set", choices=("full", "quick"), default="full")
@@ -237,6 +246,8 @@ def main():
     if not os.access(bench, os.X_OK):
         sys.exit(f"compare: no attn-bench at {bench} (build it: bench/README.md)")
     env = dict(os.environ)
+    # attn-bench registers parallel/auto/blas rows at these thread counts.
+    env["ATTN_BENCH_THREADS"] = ",".join(map(str, sorted({1, *threads})))
     if a.tune:
         tuning = a.tuning_file or os.path.join(a.out, "tuning.json")
         tuner = a.tuner or os.path.join(os.path.dirname(os.path.dirname(bench)), "tools",
@@ -247,7 +258,9 @@ def main():
         env["ATTN_TUNING_FILE"] = os.path.abspath(a.tuning_file)
     tuning_note = env.get("ATTN_TUNING_FILE", "(none: auto's default rule or the per-user cache)")
 
-    python = os.path.join(a.venv, "bin", "python")
+    python = a.python or os.path.join(a.venv, "bin", "python")
+    if a.python and os.sep not in python:
+        python = shutil.which(python) or python
     install_status = {}
     status_file = os.path.join(a.venv, "peers-install.txt")
     if os.path.exists(status_file):
@@ -264,7 +277,8 @@ def main():
         workers = {}
         for peer in peers:
             if not os.access(python, os.X_OK):
-                peer_notes[peer] = f"no venv at {a.venv} (run bench/peers/setup_venv.sh)"
+                peer_notes[peer] = (f"no python at {python}" if a.python else
+                                    f"no venv at {a.venv} (run bench/peers/setup_venv.sh)")
                 continue
             st = install_status.get(peer, "")
             if st.startswith("failed"):

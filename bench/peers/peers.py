@@ -20,7 +20,10 @@ PEER is torch, onnxruntime, openvino or jax. A shape SPEC is
 Timing (the same convention compare.py reads from attn-bench): inputs
 uniform in [-1, 1], float32, [B=1, H, T, d] (or the peer's own layout); two
 warm-up calls; n calls per sample with n chosen so a sample takes at least
---min-time seconds; the minimum over --reps samples of wall time per call.
+--min-time seconds of wall time; the minimum over --reps samples of the time
+per call: the process's CPU time at one thread (immune to other processes
+on a shared machine, like attn-bench's threads:1 rows), the wall clock at
+more (seconds_wall and seconds_cpu are both reported).
 Useful FLOPs are 4*H*Tq*Tk*d, halved when causal; decode also reports GB/s
 of K and V read (H*Tk*2d*4 bytes per call).
 
@@ -246,24 +249,26 @@ FACTORIES = {"torch": torch_peer, "onnxruntime": onnxruntime_peer,
 
 
 def time_call(call, min_time, reps):
+    """(best wall s/call, best process-CPU s/call, calls per sample)."""
     call()
     call()
-    n, t = 1, 0.0
+    n = 1
     while True:  # calibrate: n calls take at least min_time
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(n):
             call()
-        t = time.perf_counter() - t0
+        t, c = time.perf_counter() - t0, time.process_time() - c0
         if t >= min_time:
             break
         n = max(n + 1, int(n * min(10.0, 1.2 * min_time / max(t, 1e-9))))
-    best = t / n
+    best, best_cpu = t / n, c / n
     for _ in range(reps - 1):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(n):
             call()
         best = min(best, (time.perf_counter() - t0) / n)
-    return best, n
+        best_cpu = min(best_cpu, (time.process_time() - c0) / n)
+    return best, best_cpu, n
 
 
 class Runner:
@@ -301,11 +306,17 @@ class Runner:
                                                   "against the float64 reference")
             q, k, v = inputs(s)
             call, _ = self.prepare(s, q, k, v)
-            sec, n = time_call(call, min_time, reps)
+            wall, cpu, n = time_call(call, min_time, reps)
         except Exception as e:  # noqa: BLE001 - reported, not hidden
             return dict(out, ok=False, error=f"{type(e).__name__}: {e}",
                         trace=traceback.format_exc(limit=3))
-        out.update(ok=True, seconds=sec, calls_per_sample=n, reps=reps,
+        # One thread: the process's CPU time, so that other processes on a
+        # shared machine do not count (every thread of the process counts,
+        # so a helper thread spinning would only make the peer look slower);
+        # more threads: the wall clock. attn-bench does the same.
+        sec = cpu if self.threads == 1 else wall
+        out.update(ok=True, seconds=sec, seconds_wall=wall, seconds_cpu=cpu,
+                   basis="cpu" if self.threads == 1 else "wall", calls_per_sample=n, reps=reps,
                    gflops=flops(s) / sec * 1e-9)
         if s["kind"] == "decode":
             out["gbps"] = kv_bytes(s) / sec * 1e-9
