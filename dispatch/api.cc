@@ -49,6 +49,7 @@ void attention(const Problem& p, const Options& options) {
                     std::to_string(internal::kNaiveMaxScratchBytes >> 20) +
                     " MiB); use streaming or auto, got naive");
   }
+  config.tiles = internal::ClampTiles(config.tiles, in);
   if (kernel != KernelId::kParallel) config.threads = 1;
 
   try {

@@ -37,4 +37,15 @@ Tiles ResolveTiles(const Tiles& requested, const TileInputs& in) {
   return t;
 }
 
+Tiles ClampTiles(const Tiles& tiles, const TileInputs& in) {
+  const int64_t P = std::max(1, in.panel_width);
+  const int64_t rows = (std::max<int64_t>(1, in.q_len) + P - 1) / P * P;
+  const int64_t keys = std::max<int64_t>(1, in.kv_len);
+  Tiles t = tiles;
+  t.q_block = int(std::min<int64_t>(t.q_block, rows));
+  t.kv_block = int(std::min<int64_t>(t.kv_block, keys));
+  t.kv_splits = int(std::min<int64_t>(t.kv_splits, std::min<int64_t>(keys, kMaxKvSplits)));
+  return t;
+}
+
 }  // namespace attn::internal

@@ -20,4 +20,12 @@ Tiles ChooseTiles(const TileInputs& in);
 // `requested` with its zero fields filled from ChooseTiles(in).
 Tiles ResolveTiles(const Tiles& requested, const TileInputs& in);
 
+// Most key-range splits the parallel kernel makes for one work item.
+inline constexpr int kMaxKvSplits = 256;
+// Resolved tiles limited to the problem: q_block to T_q rounded up to a
+// panel, kv_block to T_k, kv_splits to min(T_k, kMaxKvSplits). Larger tiles
+// buy nothing, and unclamped they would size scratch and split-KV partials
+// by the request (2^31 rows) instead of by the problem.
+Tiles ClampTiles(const Tiles& tiles, const TileInputs& in);
+
 }  // namespace attn::internal

@@ -361,13 +361,10 @@ TEST(Memory, AllocationFailureIsAClearError) {
   }
 }
 
-// LIBRARY BUG (reported to the kernels' owner): after a failed scratch
-// growth, StreamingScratch::Grow (kernels/streaming/streaming-inl.h) has
-// already replaced its buffer with the null result but keeps the old size,
-// so the next call on the same thread that needs no more than the old size
-// skips the allocation and dereferences null (SIGSEGV). Enable once Grow
-// allocates into a temporary and only then swaps (or resets the size).
-TEST(Memory, DISABLED_ScratchIsUsableAfterAFailedGrowth) {
+// After a failed scratch growth the thread's scratch must still be usable:
+// StreamingScratch::Grow once replaced its buffer with the null result but
+// kept the old size, so the next smaller call dereferenced null.
+TEST(Memory, ScratchIsUsableAfterAFailedGrowth) {
   ClearTuning();
   Shape small;
   small.tq = 40;
@@ -392,7 +389,7 @@ TEST(Memory, DISABLED_ScratchIsUsableAfterAFailedGrowth) {
     });
     EXPECT_EQ(field, "memory");
     a.ClearOutputs();
-    attention(a.problem, opt);  // crashes here today
+    attention(a.problem, opt);
   }).join();
   EXPECT_EQ(oracle::Check(a.problem, ref), "");
 }

@@ -2,6 +2,8 @@
 // the thread count; these tests pin the rules stated in dispatch/tiles.cc.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+
 #include "dispatch/tiles.h"
 
 namespace attn::internal {
@@ -49,6 +51,24 @@ TEST(ResolveTiles, FillsOnlyZeroFields) {
   EXPECT_EQ(t.kv_block, 7);
   EXPECT_EQ(t.q_block, 64);
   EXPECT_EQ(t.kv_splits, 1);
+}
+
+TEST(ClampTiles, LimitsEveryFieldToTheProblem) {
+  Tiles huge;
+  huge.q_block = INT32_MAX;
+  huge.kv_block = INT32_MAX;
+  huge.kv_splits = INT32_MAX;
+  const Tiles t = ClampTiles(huge, Inputs(2, 3, 8));
+  EXPECT_EQ(t.q_block, 16);  // T_q = 2 rounded up to one panel
+  EXPECT_EQ(t.kv_block, 3);
+  EXPECT_EQ(t.kv_splits, 3);
+  EXPECT_EQ(ClampTiles(huge, Inputs(5, 100000, 8)).kv_splits, kMaxKvSplits);
+  // Tiles within the problem are left alone.
+  const Tiles d = ChooseTiles(Inputs(2048, 2048, 64));
+  const Tiles same = ClampTiles(d, Inputs(2048, 2048, 64));
+  EXPECT_EQ(same.q_block, d.q_block);
+  EXPECT_EQ(same.kv_block, d.kv_block);
+  EXPECT_EQ(same.kv_splits, d.kv_splits);
 }
 
 }  // namespace

@@ -32,6 +32,17 @@ HWY_BEFORE_NAMESPACE();
 namespace attn {
 namespace HWY_NAMESPACE {
 
+// units * per_unit floats, or std::bad_alloc (reported as attn::Error
+// "memory") when that count does not fit: never a wrapped size.
+size_t PartialCount(int64_t units, int64_t per_unit) {
+  int64_t count;
+  if (__builtin_mul_overflow(units, per_unit, &count) ||
+      uint64_t(count) > std::vector<float>().max_size()) {
+    throw std::bad_alloc();
+  }
+  return size_t(count);
+}
+
 void ParallelAttentionImpl(const Problem& p, const internal::RunConfig& config) {
   const int64_t P = int64_t(PanelWidth());
   const int64_t q_block = std::max<int64_t>(P, (config.tiles.q_block + P - 1) / P * P);
@@ -70,8 +81,8 @@ void ParallelAttentionImpl(const Problem& p, const internal::RunConfig& config) 
 
   // Split-KV: partial results per (item, split), then a merge per item.
   const int64_t part_out = q_block * dv;
-  std::vector<float> partial_out(size_t(items * splits * part_out));
-  std::vector<float> partial_lse(size_t(items * splits * q_block));
+  std::vector<float> partial_out(PartialCount(items * splits, part_out));
+  std::vector<float> partial_lse(PartialCount(items * splits, q_block));
 #pragma omp parallel num_threads(threads)
   {
     thread_local StreamingScratch scratch;  // per thread, across calls

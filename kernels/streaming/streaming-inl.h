@@ -54,8 +54,11 @@ class StreamingScratch {
  private:
   static void Grow(hwy::AlignedFreeUniquePtr<float[]>& p, size_t& size, size_t need) {
     if (need <= size) return;
-    p = hwy::AllocateAligned<float>(need);
-    if (!p) throw std::bad_alloc();
+    // Allocate first, replace after: a failed growth leaves the old (smaller
+    // but valid) buffer and size in place for the next call on this thread.
+    hwy::AlignedFreeUniquePtr<float[]> grown = hwy::AllocateAligned<float>(need);
+    if (!grown) throw std::bad_alloc();
+    p = std::move(grown);
     size = need;
   }
   hwy::AlignedFreeUniquePtr<float[]> qt_, ot_, st_, stats_;
