@@ -8,26 +8,15 @@
 #include <vector>
 
 #include "attn/attn.h"
+#include "dispatch/validate.h"
 #include "kernels/common/merge.h"
 
 namespace attn {
 namespace {
 
-template <typename T>
-std::string Str(T value) {
-  std::ostringstream os;
-  os << value;
-  return os.str();
-}
-
-[[noreturn]] void Fail(const std::string& field, const std::string& value,
-                       const std::string& why) {
-  throw Error(field, value, "attn: " + field + " " + why + ", got " + value);
-}
-
-void RequirePositive(const char* field, int64_t value) {
-  if (value < 1) Fail(field, Str(value), "must be >= 1");
-}
+using internal::Fail;
+using internal::RequirePositive;
+using internal::Str;
 
 // One strided tensor: data, up to 4 (extent, stride) dims, and its name.
 struct View {

@@ -9,23 +9,16 @@
 #include <string>
 
 namespace attn::internal {
-namespace {
 
-template <typename T>
-std::string Str(T value) {
-  std::ostringstream os;
-  os << value;
-  return os.str();
-}
-
-[[noreturn]] void Fail(const std::string& field, const std::string& value,
-                       const std::string& why) {
+void Fail(const std::string& field, const std::string& value, const std::string& why) {
   throw Error(field, value, "attn: " + field + " " + why + ", got " + value);
 }
 
 void RequirePositive(const char* field, int64_t value) {
   if (value < 1) Fail(field, Str(value), "must be >= 1");
 }
+
+namespace {
 
 void RequireNonNegative(const std::string& field, int64_t value) {
   if (value < 0) Fail(field, Str(value), "must be >= 0");
