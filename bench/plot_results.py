@@ -91,9 +91,11 @@ def scaling(src, out, command):
             ax2.plot([r["T"] for r in ok], [max(r["extra_mib"], 0.01) for r in ok], "o-",
                      label=lab)
         bad = [r for r in rows if r.get("kernel") == k and r["threads"] == n and not r["ok"]]
-        for r in bad:
-            ax1.annotate("refused:\nscores > 1 GiB", (r["T"], ok[-1]["seconds"] if ok else 1),
-                         fontsize=7, ha="center")
+        if bad:
+            y = ok[-1]["seconds"] if ok else 1.0
+            ax1.plot([r["T"] for r in bad], [y] * len(bad), "rx", markersize=9)
+            ax1.annotate(f"{k} refused (attn::Error:\nscores > 1 GiB)", (bad[0]["T"], y),
+                         xytext=(-95, 12), textcoords="offset points", fontsize=7)
     if rows:
         t0 = min(r["T"] for r in rows if r.get("ok"))
         s0 = min((r for r in rows if r.get("ok") and r["T"] == t0 and r["kernel"] == "streaming"),

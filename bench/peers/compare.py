@@ -226,6 +226,9 @@ def main():
     ap.add_argument("--peers", default=",".join(PEERS))
     ap.add_argument("--threads", default=None, help="e.g. 1,2 (default: 1 and all cores)")
     ap.add_argument("--set", choices=("full", "quick"), default="full")
+    ap.add_argument("--match", action="append", default=[],
+                    help="only shapes whose label (e.g. 'T=8192 d=128 causal=0', 'decode') "
+                         "contains this; repeatable (any may match)")
     ap.add_argument("--tuning-file", default=None,
                     help="tuning file auto follows (ATTN_TUNING_FILE); see --tune")
     ap.add_argument("--tune", action="store_true",
@@ -241,6 +244,10 @@ def main():
     ncores = len(os.sched_getaffinity(0))
     threads = [int(x) for x in a.threads.split(",")] if a.threads else sorted({1, ncores})
     shape_list = shapes(a.set)
+    if a.match:
+        shape_list = [s for s in shape_list if any(m in label(s) for m in a.match)]
+        if not shape_list:
+            sys.exit("compare: --match selects no shape")
     os.makedirs(a.out, exist_ok=True)
     bench = os.path.abspath(a.bench)
     if not os.access(bench, os.X_OK):
