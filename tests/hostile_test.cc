@@ -600,9 +600,27 @@ Problem TinyProblem(std::vector<float>& buf) {
   return p;
 }
 
+// Whether this build runs under AddressSanitizer, whose operator new aborts
+// on a failed allocation instead of throwing std::bad_alloc.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAsan = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAsan = true;
+#else
+constexpr bool kAsan = false;
+#endif
+#else
+constexpr bool kAsan = false;
+#endif
+
 TEST(Hostile, HugeTileOverridesNeverCrash) {
   for (const TileCase& c : kHugeTiles) {
-    if (std::string(c.name).find("q_block and kv_splits") != std::string::npos) continue;  // below
+    const std::string name = c.name;
+    if (name.find("q_block and kv_splits") != std::string::npos) continue;  // below
+    // 2^31 splits ask operator new for 512 GiB of partials: bad_alloc, and
+    // attn::Error "memory", except under ASan, which aborts instead.
+    if (kAsan && name == "parallel kv_splits 2^31-1") continue;
     SCOPED_TRACE(c.name);
     std::vector<float> buf;
     const Problem p = TinyProblem(buf);
