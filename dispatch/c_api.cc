@@ -3,10 +3,12 @@
 // because unwinding through a C (or Rust, or ctypes) caller is undefined.
 #include "attn/attn_c.h"
 
+#include <cstring>
 #include <mutex>
 #include <new>
 #include <set>
 #include <string>
+#include <type_traits>
 
 #include "attn/attn.h"
 #include "attn/tuning.h"
@@ -54,6 +56,16 @@ attn_status_t Guard(F&& body) {
   }
 }
 
+// A C caller may store any int in an enum field, but loading a value outside
+// the enumerators as the C++ enum type is undefined behaviour (UBSan flags
+// it), so the field's bits are read as its underlying integer instead.
+template <typename E>
+long long RawEnum(const E& field) {
+  std::underlying_type_t<E> value;
+  std::memcpy(&value, &field, sizeof value);
+  return static_cast<long long>(value);
+}
+
 attn::ConstTensor ToCxx(const attn_tensor_t& t) {
   return {t.data, t.batch_stride, t.head_stride, t.row_stride};
 }
@@ -90,15 +102,16 @@ attn_status_t attn_attention(const attn_problem_t* cp, const attn_options_t* co)
   if (cp == nullptr) {
     return Fail(ATTN_INVALID_ARGUMENT, "attn: problem must not be null, got null");
   }
-  // A C enum can hold any int; the C++ enums cannot, so range-check first.
-  if (cp->causal < ATTN_CAUSAL_NONE || cp->causal > ATTN_CAUSAL_TOP_LEFT) {
-    return InvalidField("causal", cp->causal, "must be 0..2 (attn_causal_t)");
+  const long long causal = RawEnum(cp->causal);
+  if (causal < ATTN_CAUSAL_NONE || causal > ATTN_CAUSAL_TOP_LEFT) {
+    return InvalidField("causal", causal, "must be 0..2 (attn_causal_t)");
   }
   attn_options_t defaults;
   attn_options_init(&defaults);
   const attn_options_t& o = co != nullptr ? *co : defaults;
-  if (o.kernel < ATTN_KERNEL_AUTO || o.kernel > ATTN_KERNEL_PARALLEL) {
-    return InvalidField("kernel", o.kernel, "must be 0..4 (attn_kernel_t)");
+  const long long kernel = RawEnum(o.kernel);
+  if (kernel < ATTN_KERNEL_AUTO || kernel > ATTN_KERNEL_PARALLEL) {
+    return InvalidField("kernel", kernel, "must be 0..4 (attn_kernel_t)");
   }
   return Guard([&] {
     attn::Problem p;
@@ -116,7 +129,7 @@ attn_status_t attn_attention(const attn_problem_t* cp, const attn_options_t* co)
     if (cp->has_scale) p.scale = cp->scale;
     static constexpr attn::Causal kCausal[] = {attn::Causal::kNone, attn::Causal::kBottomRight,
                                                attn::Causal::kTopLeft};
-    p.causal = kCausal[cp->causal];
+    p.causal = kCausal[causal];
     p.mask = {cp->mask.data, cp->mask.batch_stride, cp->mask.head_stride, cp->mask.row_stride,
               cp->mask.col_stride};
     p.lse = {cp->lse.data, cp->lse.batch_stride, cp->lse.head_stride, cp->lse.row_stride};
@@ -126,7 +139,7 @@ attn_status_t attn_attention(const attn_problem_t* cp, const attn_options_t* co)
                                                  attn::KernelId::kBlocked,
                                                  attn::KernelId::kStreaming,
                                                  attn::KernelId::kParallel};
-    opt.kernel = kKernel[o.kernel];
+    opt.kernel = kKernel[kernel];
     opt.threads = o.threads;
     opt.tiles.q_block = o.q_block;
     opt.tiles.kv_block = o.kv_block;
