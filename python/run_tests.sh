@@ -13,8 +13,9 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 if ! python3 -m venv --help >/dev/null 2>&1 || ! python3 -c "import ensurepip" 2>/dev/null; then
   # Debian's own python3 ships venv and the headers separately.
   echo "python: installing python3-venv python3-dev" >&2
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    python3-venv python3-dev >/dev/null
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends python3-venv python3-dev >/dev/null
 fi
 rm -rf "$venv"
 python3 -m venv "$venv"

@@ -2,6 +2,8 @@
 warning (never an exception) for a file that cannot be used."""
 import json
 
+import numpy as np
+
 import attn
 
 
@@ -23,11 +25,16 @@ def test_a_missing_file_is_ignored_with_a_warning(tmp_path):
 
 
 def test_a_foreign_file_is_ignored_and_results_do_not_change(tmp_path):
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((1, 2, 33, 64), dtype=np.float32) for _ in range(3))
+    attn.clear_tuning()
+    before = attn.attention(q, k, v, causal=True)
     path = tmp_path / "foreign.json"
     path.write_text(json.dumps({"schema": 1, "cpu": "some other machine", "entries": []}))
     status = attn.load_tuning_file(str(path))
     assert not status.loaded and status.warning
     assert attn.current_tuning().loaded is False
+    np.testing.assert_array_equal(attn.attention(q, k, v, causal=True), before)
 
 
 def test_targets():
