@@ -18,6 +18,7 @@ set(CMAKE_LIBRARY_ARCHITECTURE aarch64-linux-gnu)
 # ld.so but no libhwy, so the loader would pair it with the multiarch libc
 # of another glibc build, and pthread_create (the first OpenMP thread) then
 # loops forever on a stack list laid out differently. QEMU_CPU picks the CPU.
+find_program(ATTN_QEMU_AARCH64 qemu-aarch64 REQUIRED)
 set(CMAKE_CROSSCOMPILING_EMULATOR ${ATTN_QEMU_AARCH64} -L /)
 
 # SVE targets are off by default: the kernels keep register tiles in arrays of
