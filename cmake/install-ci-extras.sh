@@ -1,0 +1,19 @@
+#!/bin/sh
+# Installs what the reliability checks of .ci/reliability.sh need on top of
+# cmake/install-deps.sh (Debian 12 packages, only those missing): clang-14
+# (ASan/UBSan/TSan builds and libFuzzer), its sanitizer and fuzzer runtimes,
+# and LLVM's OpenMP runtime with the Archer TSan tool (libomp-14-dev ships
+# libomp.so and libarcher.so). Run as root (or with sudo).
+set -eu
+pkgs="clang-14 libclang-rt-14-dev libomp-14-dev"
+missing=""
+for p in $pkgs; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "attn: installing$missing" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # shellcheck disable=SC2086
+  apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
