@@ -14,17 +14,8 @@ start=$SECONDS
 dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
 pkgs="cmake make g++-aarch64-linux-gnu qemu-user nlohmann-json3-dev \
 libhwy-dev:arm64 libgtest-dev:arm64 libgomp1:arm64"
-missing=""
-for p in $pkgs; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-  echo "arm: installing$missing" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  # shellcheck disable=SC2086
-  apt-get install -y -qq --no-install-recommends $missing >/dev/null
-fi
+# shellcheck disable=SC2086
+sh cmake/install-missing.sh $pkgs
 
 cmake -S . -B "$build" -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
   -DCMAKE_BUILD_TYPE=Release -DATTN_BUILD_BENCH=OFF -DATTN_BUILD_TOOLS=OFF >/dev/null

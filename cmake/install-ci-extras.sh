@@ -6,14 +6,5 @@
 # libomp.so and libarcher.so). Run as root (or with sudo).
 set -eu
 pkgs="clang-14 libclang-rt-14-dev libomp-14-dev"
-missing=""
-for p in $pkgs; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
-done
-if [ -n "$missing" ]; then
-  echo "attn: installing$missing" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  # shellcheck disable=SC2086
-  apt-get install -y -qq --no-install-recommends $missing >/dev/null
-fi
+# shellcheck disable=SC2086
+sh "$(dirname "$0")/install-missing.sh" $pkgs
