@@ -90,14 +90,38 @@ HWY_INLINE void ScoreRows(const float* HWY_RESTRICT qt, int64_t d,
     for (size_t n = 0; n < kPanelVectors; ++n) hn::Store(acc[r][n], df, st + r * P + n * N);
 }
 
-// The last `rest` (< kRows) keys of a tile.
+// Splits n rows (keys for scores, value columns for mix) into register
+// blocks: kRows at a time, except that a remainder too small to hide the FMA
+// latency (fewer than kRows / 2 rows: under 2·kRows/2 = kRows independent
+// accumulator chains, i.e. below 2 pipes x 4 cycles on most cores) is
+// folded with the last full block into two near-equal halves. E.g. d = 128
+// with kRows = 6: 20 blocks of 6 and 4 + 4 rather than 21 x 6 + a 2-row
+// block at half the FMA rate. Calls block(first_row, rows) in order.
+template <class Block>
+HWY_INLINE void ForEachRowBlock(int64_t n, const Block& block) {
+  int64_t first = 0;
+  while (n - first >= kRows) {
+    const int64_t rest = n - first - kRows;
+    if (rest > 0 && rest < kRows / 2) {
+      const int64_t both = kRows + rest;
+      block(first, (both + 1) / 2);
+      block(first + (both + 1) / 2, both / 2);
+      return;
+    }
+    block(first, kRows);
+    first += kRows;
+  }
+  if (first < n) block(first, n - first);
+}
+
+// ScoreRows<rows> for a run-time rows in [1, R].
 template <int R>
-HWY_INLINE void ScoreRowsTail(int64_t rest, const float* HWY_RESTRICT qt, int64_t d,
-                              const float* HWY_RESTRICT k, int64_t k_stride,
-                              float* HWY_RESTRICT st) {
+HWY_INLINE void ScoreRowsN(int64_t rows, const float* HWY_RESTRICT qt, int64_t d,
+                           const float* HWY_RESTRICT k, int64_t k_stride,
+                           float* HWY_RESTRICT st) {
   if constexpr (R > 0) {
-    if (rest == R) return ScoreRows<R>(qt, d, k, k_stride, st);
-    ScoreRowsTail<R - 1>(rest, qt, d, k, k_stride, st);
+    if (rows == R) return ScoreRows<R>(qt, d, k, k_stride, st);
+    ScoreRowsN<R - 1>(rows, qt, d, k, k_stride, st);
   }
 }
 
@@ -105,12 +129,10 @@ HWY_INLINE void ScoreRowsTail(int64_t rest, const float* HWY_RESTRICT qt, int64_
 HWY_INLINE void ScoreTile(const float* HWY_RESTRICT qt, int64_t d,
                           const float* HWY_RESTRICT k, int64_t k_stride,
                           int64_t keys, float* HWY_RESTRICT st) {
-  const size_t P = PanelWidth();
-  int64_t j = 0;
-  for (; j + kRows <= keys; j += kRows) {
-    ScoreRows<kRows>(qt, d, k + j * k_stride, k_stride, st + j * P);
-  }
-  ScoreRowsTail<kRows - 1>(keys - j, qt, d, k + j * k_stride, k_stride, st + j * P);
+  const int64_t P = int64_t(PanelWidth());
+  ForEachRowBlock(keys, [&](int64_t j, int64_t rows) {
+    ScoreRowsN<kRows>(rows, qt, d, k + j * k_stride, k_stride, st + j * P);
+  });
 }
 
 // Ot[c0 + r][:] += Σ_j v[j][c0 + r] · Pt[j][:] for R value columns.
@@ -141,14 +163,14 @@ HWY_INLINE void MixColumns(const float* HWY_RESTRICT pt, int64_t keys,
   }
 }
 
-// The last `rest` (< kRows) value columns.
+// MixColumns<columns> for a run-time columns in [1, R].
 template <int R>
-HWY_INLINE void MixColumnsTail(int64_t rest, const float* HWY_RESTRICT pt, int64_t keys,
-                               const float* HWY_RESTRICT v, int64_t v_stride,
-                               float* HWY_RESTRICT ot) {
+HWY_INLINE void MixColumnsN(int64_t columns, const float* HWY_RESTRICT pt, int64_t keys,
+                            const float* HWY_RESTRICT v, int64_t v_stride,
+                            float* HWY_RESTRICT ot) {
   if constexpr (R > 0) {
-    if (rest == R) return MixColumns<R>(pt, keys, v, v_stride, ot);
-    MixColumnsTail<R - 1>(rest, pt, keys, v, v_stride, ot);
+    if (columns == R) return MixColumns<R>(pt, keys, v, v_stride, ot);
+    MixColumnsN<R - 1>(columns, pt, keys, v, v_stride, ot);
   }
 }
 
@@ -156,12 +178,10 @@ HWY_INLINE void MixColumnsTail(int64_t rest, const float* HWY_RESTRICT pt, int64
 HWY_INLINE void MixTile(const float* HWY_RESTRICT pt, int64_t keys,
                         const float* HWY_RESTRICT v, int64_t v_stride, int64_t dv,
                         float* HWY_RESTRICT ot) {
-  const size_t P = PanelWidth();
-  int64_t c = 0;
-  for (; c + kRows <= dv; c += kRows) {
-    MixColumns<kRows>(pt, keys, v + c, v_stride, ot + c * P);
-  }
-  MixColumnsTail<kRows - 1>(dv - c, pt, keys, v + c, v_stride, ot + c * P);
+  const int64_t P = int64_t(PanelWidth());
+  ForEachRowBlock(dv, [&](int64_t c, int64_t columns) {
+    MixColumnsN<kRows>(columns, pt, keys, v + c, v_stride, ot + c * P);
+  });
 }
 
 // Adds the additive mask to a score tile: St[j][i] += M[row0 + i][j] for the
