@@ -38,19 +38,10 @@
 
 namespace attn::oracle {
 
-struct Policy {
-  // NaN or Inf in V at a key that is masked for row i (causal, -inf in the
-  // additive mask, or a -inf score) may turn out[i][c] into NaN: the SIMD
-  // kernels multiply such values by a zero weight (README, "Conventions":
-  // not part of the contract yet). When false, the strict reference rule
-  // (masked values are never read) applies.
-  bool allow_masked_nonfinite_v = true;
-};
-
 // Empty when the outputs of `p` (already computed by a kernel) satisfy the
 // rules above against `ref` (reference::Attention(p)); else one line naming
 // the first offending element, the two values and the bound.
-std::string Check(const Problem& p, const reference::Result& ref, const Policy& policy = {});
+std::string Check(const Problem& p, const reference::Result& ref);
 
 // True when float32 can evaluate row i of head (b, h) without overflow:
 // every |scale * q|, every sum_c |q_c k_c| and |scale| times it, and

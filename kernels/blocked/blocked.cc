@@ -26,10 +26,22 @@ namespace attn {
 namespace HWY_NAMESPACE {
 
 void BlockedHead(const internal::HeadView& h, const Tiles& tiles, float* HWY_RESTRICT qt,
-                 float* HWY_RESTRICT ot, float* HWY_RESTRICT st, float* HWY_RESTRICT stats) {
+                 float* HWY_RESTRICT ot, float* HWY_RESTRICT st, float* HWY_RESTRICT stats,
+                 uint8_t* HWY_RESTRICT v_bad) {
   const int64_t P = int64_t(PanelWidth());
   const int64_t kv_block = std::max<int64_t>(1, tiles.kv_block);
   const PanelStats s{stats, stats + P, stats + 2 * P};
+  // NaN / Inf in V (microkernels-inl.h, NonFiniteV): each key tile the head
+  // reads is checked once here, not once per panel, then v_bad[tile] says
+  // which tiles take the slow path.
+  const int64_t head_keys = std::min(h.tk, std::max<int64_t>(0, h.tq - 1 + h.causal_offset + 1));
+  bool any_bad = false;
+  for (int64_t j0 = 0; j0 < head_keys; j0 += kv_block) {
+    const int64_t tile_keys = std::min(kv_block, head_keys - j0);
+    v_bad[j0 / kv_block] = HasNonFinite(h.v + j0 * h.v_stride, h.v_stride, tile_keys, h.dv);
+    any_bad |= v_bad[j0 / kv_block] != 0;
+  }
+  NonFiniteV bad_v;
   for (int64_t r0 = 0; r0 < h.tq; r0 += P) {
     const int64_t rows = std::min(P, h.tq - r0);
     PackQueryPanel(h.q + r0 * h.q_stride, h.q_stride, rows, h.d, h.scale, qt);
@@ -48,10 +60,18 @@ void BlockedHead(const internal::HeadView& h, const Tiles& tiles, float* HWY_RES
         CausalMaskTile(j0, r0 + h.causal_offset, tile_keys, tile);
       }
     }
-    FullSoftmax(st, keys, s);
+    if (any_bad) {
+      FullSoftmax<true>(st, keys, s);
+    } else {
+      FullSoftmax(st, keys, s);
+    }
     for (int64_t j0 = 0; j0 < keys; j0 += kv_block) {
       const int64_t tile_keys = std::min(kv_block, keys - j0);
-      MixTile(st + j0 * P, tile_keys, h.v + j0 * h.v_stride, h.v_stride, h.dv, ot);
+      const bool bad = any_bad && v_bad[j0 / kv_block];
+      const float* v = h.v + j0 * h.v_stride;
+      if (bad) bad_v.Clean(v, h.v_stride, tile_keys, h.dv);
+      MixTile(st + j0 * P, tile_keys, bad ? bad_v.clean() : v, bad ? h.dv : h.v_stride, h.dv, ot);
+      if (bad) bad_v.AddTo(st + j0 * P, tile_keys, ot);
     }
     FinishPanel(ot, s, rows, h.dv, h.out + r0 * h.out_stride, h.out_stride,
                 h.lse ? h.lse + r0 * h.lse_stride : nullptr, h.lse_stride);
@@ -65,10 +85,12 @@ void BlockedAttentionImpl(const Problem& p, const internal::RunConfig& config) {
   auto ot = hwy::AllocateAligned<float>(size_t(dv) * P);
   auto st = hwy::AllocateAligned<float>(size_t(p.kv_len) * P);
   auto stats = hwy::AllocateAligned<float>(3 * P);
-  if (!qt || !ot || !st || !stats) throw std::bad_alloc();
+  const int64_t kv_block = std::max<int64_t>(1, config.tiles.kv_block);
+  auto v_bad = hwy::AllocateAligned<uint8_t>(size_t((p.kv_len + kv_block - 1) / kv_block));
+  if (!qt || !ot || !st || !stats || !v_bad) throw std::bad_alloc();
   const internal::HeadViews views(p);
   for (int64_t i = 0; i < views.size(); ++i) {
-    BlockedHead(views[i], config.tiles, qt.get(), ot.get(), st.get(), stats.get());
+    BlockedHead(views[i], config.tiles, qt.get(), ot.get(), st.get(), stats.get(), v_bad.get());
   }
 }
 

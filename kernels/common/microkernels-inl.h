@@ -29,7 +29,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <cmath>
 #include <limits>
+#include <vector>
 
 #include "hwy/highway.h"
 
@@ -183,6 +185,111 @@ HWY_INLINE void MixTile(const float* HWY_RESTRICT pt, int64_t keys,
     MixColumnsN<kRows>(columns, pt, keys, v + c, v_stride, ot + c * P);
   });
 }
+
+// ---- NaN and ±Inf in V ------------------------------------------------------
+// The reference reads V[j] only in rows that can see key j (score not -inf):
+// there NaN and Inf propagate as in IEEE arithmetic whatever the weight
+// (0 · NaN = NaN), and a row that cannot see the key never reads it. MixTile
+// alone would multiply a hidden key's NaN by its zero weight, and the NaN
+// would reach every lane of the panel. So the kernels check each V tile once
+// per (query block, key tile) with HasNonFinite (one load and one FMA per
+// vector of V: about 1/(2·q_block) of the tile's mix FMAs, and the tile is
+// then in cache for the mix), and only a tile that holds NaN or Inf takes
+// the slow path:
+//   1. the softmax marks the weights of keys whose score is -inf with -0
+//      (OnlineSoftmaxTile<true>, FullSoftmax<true>); every other weight,
+//      underflowed ones included, is >= +0;
+//   2. MixTile mixes NonFiniteV::Clean's copy of the tile, NaN and Inf
+//      replaced by 0;
+//   3. NonFiniteV::AddTo adds each NaN / Inf value times its weight in the
+//      lanes whose weight is not -0.
+
+// Whether any V[j][c], j < keys, c < dv, is NaN or ±Inf: v·0 + acc is NaN
+// exactly when v is not finite (acc starting at 0). Four keys at a time
+// into four accumulators (independent FMA chains); a ragged dv ends with
+// one vector overlapping the previous one, never past the row.
+HWY_INLINE bool HasNonFinite(const float* HWY_RESTRICT v, int64_t v_stride, int64_t keys,
+                             int64_t dv) {
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  const VF zero = hn::Zero(df);
+  if (dv < N) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < keys; ++j)
+      for (int64_t c = 0; c < dv; ++c) acc += v[j * v_stride + c] * 0.0f;
+    return std::isnan(acc);
+  }
+  VF a0 = zero, a1 = zero, a2 = zero, a3 = zero;
+  const int64_t last = dv - N;  // start of the last (possibly overlapping) vector
+  int64_t j = 0;
+  for (; j + 4 <= keys; j += 4) {
+    const float* HWY_RESTRICT v0 = v + j * v_stride;
+    const float* HWY_RESTRICT v1 = v0 + v_stride;
+    const float* HWY_RESTRICT v2 = v1 + v_stride;
+    const float* HWY_RESTRICT v3 = v2 + v_stride;
+    for (int64_t c = 0;; c += N) {
+      if (c > last) c = last;
+      a0 = hn::MulAdd(hn::LoadU(df, v0 + c), zero, a0);
+      a1 = hn::MulAdd(hn::LoadU(df, v1 + c), zero, a1);
+      a2 = hn::MulAdd(hn::LoadU(df, v2 + c), zero, a2);
+      a3 = hn::MulAdd(hn::LoadU(df, v3 + c), zero, a3);
+      if (c == last) break;
+    }
+  }
+  for (; j < keys; ++j) {
+    const float* HWY_RESTRICT vj = v + j * v_stride;
+    for (int64_t c = 0;; c += N) {
+      if (c > last) c = last;
+      a0 = hn::MulAdd(hn::LoadU(df, vj + c), zero, a0);
+      if (c == last) break;
+    }
+  }
+  const VF all = hn::Add(hn::Add(a0, a1), hn::Add(a2, a3));
+  return !hn::AllFalse(df, hn::IsNaN(all));
+}
+
+// The slow path's state for one V tile that holds NaN or ±Inf.
+class NonFiniteV {
+ public:
+  // Keeps where the tile is and copies it (keys x dv, row stride dv) with
+  // every NaN / ±Inf replaced by 0, for MixTile.
+  void Clean(const float* HWY_RESTRICT v, int64_t v_stride, int64_t keys, int64_t dv) {
+    v_ = v;
+    v_stride_ = v_stride;
+    dv_ = dv;
+    clean_.resize(size_t(keys * dv));
+    for (int64_t j = 0; j < keys; ++j) {
+      for (int64_t c = 0; c < dv; ++c) {
+        const float x = v[j * v_stride + c];
+        clean_[size_t(j * dv + c)] = std::isfinite(x) ? x : 0.0f;
+      }
+    }
+  }
+  const float* clean() const { return clean_.data(); }
+
+  // After MixTile on clean(): Ot[c][i] += V[j][c] · Pt[j][i] for every NaN
+  // or ±Inf V[j][c], j < keys, in the lanes i whose weight is not -0 (the
+  // rows that can see key j; Pt from a softmax with kMarkMasked).
+  void AddTo(const float* HWY_RESTRICT pt, int64_t keys, float* HWY_RESTRICT ot) const {
+    const int64_t P = int64_t(PanelWidth());
+    for (int64_t j = 0; j < keys; ++j) {
+      for (int64_t c = 0; c < dv_; ++c) {
+        const float x = v_[j * v_stride_ + c];
+        if (std::isfinite(x)) continue;
+        for (int64_t i = 0; i < P; ++i) {
+          const float w = pt[j * P + i];
+          if (w == 0.0f && std::signbit(w)) continue;  // -0: key hidden from row i
+          ot[c * P + i] += x * w;
+        }
+      }
+    }
+  }
+
+ private:
+  const float* v_ = nullptr;
+  int64_t v_stride_ = 0, dv_ = 0;
+  std::vector<float> clean_;
+};
 
 // Adds the additive mask to a score tile: St[j][i] += M[row0 + i][j] for the
 // rows < rows of the panel (mask already offset to key 0 of the tile).

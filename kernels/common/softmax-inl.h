@@ -90,22 +90,38 @@ HWY_INLINE VF TileMax(const float* HWY_RESTRICT st, int64_t keys, size_t offset,
 }
 
 // St[j] = exp(St[j] - base) in place; returns the lane-wise sum and ORs NaN
-// lanes of (St - base) into *nan_lanes.
+// lanes of (St - base) into *nan_lanes. With kMarkMasked, the weight of a
+// -inf score (a key the row cannot see) is -0 instead of +0, so that the
+// mix of a V tile holding NaN / Inf can tell it from an underflowed weight
+// (microkernels-inl.h, NonFiniteV).
+template <bool kMarkMasked = false>
 HWY_INLINE VF ExpTile(float* HWY_RESTRICT st, int64_t keys, size_t offset, VF base,
                       hn::Mask<DF>* nan_lanes) {
   const DF df;
   const size_t P = PanelWidth();
+  const auto mark = [df](VF s, VF e) {
+    if constexpr (kMarkMasked) {
+      const VF neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
+      return hn::IfThenElse(hn::Eq(s, neg_inf), hn::Set(df, -0.0f), e);
+    } else {
+      (void)df;
+      (void)s;
+      return e;
+    }
+  };
   VF sum0 = hn::Zero(df), sum1 = hn::Zero(df);
   auto nan = *nan_lanes;
   int64_t j = 0;
   for (; j + 2 <= keys; j += 2) {
     float* s0 = st + j * P + offset;
     float* s1 = s0 + P;
-    const VF x0 = hn::Sub(hn::Load(df, s0), base);
-    const VF x1 = hn::Sub(hn::Load(df, s1), base);
+    const VF v0 = hn::Load(df, s0);
+    const VF v1 = hn::Load(df, s1);
+    const VF x0 = hn::Sub(v0, base);
+    const VF x1 = hn::Sub(v1, base);
     nan = hn::Or(nan, hn::Or(hn::IsNaN(x0), hn::IsNaN(x1)));
-    const VF e0 = ExpNonPositive(x0);
-    const VF e1 = ExpNonPositive(x1);
+    const VF e0 = mark(v0, ExpNonPositive(x0));
+    const VF e1 = mark(v1, ExpNonPositive(x1));
     hn::Store(e0, df, s0);
     hn::Store(e1, df, s1);
     sum0 = hn::Add(sum0, e0);
@@ -113,9 +129,10 @@ HWY_INLINE VF ExpTile(float* HWY_RESTRICT st, int64_t keys, size_t offset, VF ba
   }
   if (j < keys) {
     float* s0 = st + j * P + offset;
-    const VF x0 = hn::Sub(hn::Load(df, s0), base);
+    const VF v0 = hn::Load(df, s0);
+    const VF x0 = hn::Sub(v0, base);
     nan = hn::Or(nan, hn::IsNaN(x0));
-    const VF e0 = ExpNonPositive(x0);
+    const VF e0 = mark(v0, ExpNonPositive(x0));
     hn::Store(e0, df, s0);
     sum0 = hn::Add(sum0, e0);
   }
@@ -135,6 +152,8 @@ HWY_INLINE VF ExpBase(VF max) {
 // max/sum, turns St into unnormalised weights exp(s - max), and rescales the
 // panel's accumulator Ot (dv x P) by exp(old_max - new_max) in the lanes
 // whose max grew (only then: most tiles after the first leave it alone).
+// kMarkMasked: see ExpTile.
+template <bool kMarkMasked = false>
 HWY_INLINE void OnlineSoftmaxTile(float* HWY_RESTRICT st, int64_t keys, const PanelStats& s,
                                   float* HWY_RESTRICT ot, int64_t dv) {
   const DF df;
@@ -146,7 +165,7 @@ HWY_INLINE void OnlineSoftmaxTile(float* HWY_RESTRICT st, int64_t keys, const Pa
     const VF new_max = TileMax(st, keys, off, old_max);
     const VF base = ExpBase(new_max);
     auto nan = hn::Ne(hn::Load(df, s.nan + off), hn::Zero(df));
-    const VF tile_sum = ExpTile(st, keys, off, base, &nan);
+    const VF tile_sum = ExpTile<kMarkMasked>(st, keys, off, base, &nan);
     VF sum = hn::Load(df, s.sum + off);
     const auto grew = hn::Gt(new_max, old_max);
     if (!hn::AllFalse(df, grew)) {
@@ -167,6 +186,8 @@ HWY_INLINE void OnlineSoftmaxTile(float* HWY_RESTRICT st, int64_t keys, const Pa
 
 // Exact softmax over a whole row block (all keys of the panel at once): St
 // becomes unnormalised weights exp(s - max); stats get the final max/sum.
+// kMarkMasked: see ExpTile.
+template <bool kMarkMasked = false>
 HWY_INLINE void FullSoftmax(float* HWY_RESTRICT st, int64_t keys, const PanelStats& s) {
   const DF df;
   const size_t N = hn::Lanes(df);
@@ -174,7 +195,7 @@ HWY_INLINE void FullSoftmax(float* HWY_RESTRICT st, int64_t keys, const PanelSta
     const size_t off = n * N;
     const VF max = TileMax(st, keys, off, hn::Load(df, s.max + off));
     auto nan = hn::Ne(hn::Load(df, s.nan + off), hn::Zero(df));
-    const VF sum = ExpTile(st, keys, off, ExpBase(max), &nan);
+    const VF sum = ExpTile<kMarkMasked>(st, keys, off, ExpBase(max), &nan);
     hn::Store(hn::Add(hn::Load(df, s.sum + off), sum), df, s.sum + off);
     hn::Store(max, df, s.max + off);
     hn::Store(hn::IfThenElseZero(nan, hn::Set(df, 1.0f)), df, s.nan + off);

@@ -86,8 +86,12 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
     }
     // Keys after the block's last visible key are never read.
     const int64_t key_end = std::min(h.tk, std::max<int64_t>(0, q0 + rows - 1 + h.causal_offset + 1));
+    NonFiniteV bad_v;  // slow path for NaN / Inf in V (microkernels-inl.h)
     for (int64_t j0 = 0; j0 < key_end; j0 += kv_block) {
       const int64_t tile_keys = std::min(kv_block, key_end - j0);
+      const float* v = h.v + j0 * h.v_stride;
+      const bool bad = HasNonFinite(v, h.v_stride, tile_keys, h.dv);  // once per block and tile
+      if (bad) bad_v.Clean(v, h.v_stride, tile_keys, h.dv);
       for (int64_t p = 0; p < panels; ++p) {
         const int64_t r0 = q0 + p * P;
         const int64_t panel_rows = std::min(P, h.tq - r0);
@@ -104,8 +108,14 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
         if (j0 + keys - 1 > r0 + h.causal_offset) {  // tile crosses the diagonal
           CausalMaskTile(j0, r0 + h.causal_offset, keys, st);
         }
-        OnlineSoftmaxTile(st, keys, scratch.stats(p), scratch.ot(p, h.dv), h.dv);
-        MixTile(st, keys, h.v + j0 * h.v_stride, h.v_stride, h.dv, scratch.ot(p, h.dv));
+        if (bad) {
+          OnlineSoftmaxTile<true>(st, keys, scratch.stats(p), scratch.ot(p, h.dv), h.dv);
+        } else {
+          OnlineSoftmaxTile(st, keys, scratch.stats(p), scratch.ot(p, h.dv), h.dv);
+        }
+        MixTile(st, keys, bad ? bad_v.clean() : v, bad ? h.dv : h.v_stride, h.dv,
+                scratch.ot(p, h.dv));
+        if (bad) bad_v.AddTo(st, keys, scratch.ot(p, h.dv));
       }
     }
     for (int64_t p = 0; p < panels; ++p) {
