@@ -167,6 +167,47 @@ std::vector<Shape> Shapes() {
     s.layout = c == Causal::kBottomRight ? Layout::kBTHD : Layout::kBHTD;
     add(s);
   }
+  // Views of at most half a panel of rows (8 on AVX2, 4 on SSE4/EMU128) take
+  // the narrow (lanes along d) path of the streaming and parallel kernels, in
+  // groups of up to 4 rows: every group size and a second partial group,
+  // ragged d (scalar dot-product and column tails, d < one vector), ragged
+  // T_k (key blocks of 8/R, padded score rows), each causal alignment (rows
+  // of one view with different limits), additive masks with fully masked
+  // rows, and grouped decode of 3 and 6 heads.
+  {
+    const int64_t dims[] = {3, 17, 128, 40, 64, 7, 96, 33};
+    for (int64_t rows = 1; rows <= 8; ++rows) {
+      for (Causal c : {Causal::kNone, Causal::kBottomRight, Causal::kTopLeft}) {
+        Shape s;
+        s.tq = rows;
+        s.tk = 293;
+        s.d = dims[rows - 1];
+        s.dv = rows == 2 || rows == 7 ? 70 : 0;
+        s.causal = c;
+        add(s);
+      }
+      if (rows > 1) {
+        Shape s;
+        s.tq = rows;
+        s.tk = 61;
+        s.d = 9;
+        s.additive_mask = true;
+        s.fully_masked_rows = 1;
+        s.causal = rows % 2 == 1 ? Causal::kBottomRight : Causal::kNone;
+        add(s);
+      }
+    }
+    for (int64_t group : {3, 6}) {
+      Shape s;
+      s.q_heads = 2 * group;
+      s.kv_heads = 2;
+      s.tq = 1;
+      s.tk = 135;
+      s.d = 33;
+      s.causal = Causal::kBottomRight;
+      add(s);
+    }
+  }
   {
     Shape s;  // MQA decode with more heads than one panel holds
     s.q_heads = 40;

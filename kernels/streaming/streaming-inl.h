@@ -27,6 +27,7 @@
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
 #include "kernels/kernel.h"
+#include "kernels/streaming/narrow-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
@@ -46,6 +47,7 @@ class StreamingScratch {
   float* qt(int64_t panel, int64_t d) const { return qt_.get() + panel * d * PanelWidth(); }
   float* ot(int64_t panel, int64_t dv) const { return ot_.get() + panel * dv * PanelWidth(); }
   float* st() const { return st_.get(); }
+  NarrowScratch& narrow() { return narrow_; }
   PanelStats stats(int64_t panel) const {
     float* base = stats_.get() + panel * 3 * PanelWidth();
     return PanelStats{base, base + PanelWidth(), base + 2 * PanelWidth()};
@@ -61,6 +63,7 @@ class StreamingScratch {
     p = std::move(grown);
     size = need;
   }
+  NarrowScratch narrow_;  // for views of few rows (narrow-inl.h)
   hwy::AlignedFreeUniquePtr<float[]> qt_, ot_, st_, stats_;
   size_t qt_size_ = 0, ot_size_ = 0, st_size_ = 0, stats_size_ = 0;
 };
@@ -68,6 +71,8 @@ class StreamingScratch {
 // One head (or a sub-view of rows/keys of one), normalised output and lse.
 HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
                               StreamingScratch& scratch) {
+  // A view of a few rows would fill few lanes of a panel (decode).
+  if (h.tq <= NarrowMaxRows()) return NarrowHead(h, tiles, scratch.narrow());
   const int64_t P = int64_t(PanelWidth());
   const int64_t q_block = std::max<int64_t>(P, (tiles.q_block + P - 1) / P * P);
   const int64_t kv_block = std::max<int64_t>(1, tiles.kv_block);

@@ -1,0 +1,394 @@
+// Narrow streaming path for views with few query rows (decode: one query per
+// head, or a GQA group's handful of heads), per Highway target. Include after
+// microkernels-inl.h and softmax-inl.h; StreamingHead calls it for views of
+// at most NarrowMaxRows() rows.
+//
+// Why a second formulation: the panel micro-kernels put P = 2 vectors of
+// query rows in the SIMD lanes, so a view of 1 row fills 1/P of every FMA
+// and decode ran at ~4.5 GB/s of K/V on one core, a quarter of its read
+// bandwidth. Here the lanes run along the head dimension instead:
+//   scores  s[r][j] = Σ_c q[r][c]·K[j][c]   (dot products, K rows loaded
+//                                            whole, reduced across lanes)
+//   mix     o[r][:] += p[r][j]·V[j][:]      (broadcast p, load V rows)
+// so every lane does useful work whatever the row count, and each K and V
+// row is loaded once per view (a group of R <= 4 rows shares it from
+// registers, further groups from L1/L2).
+//
+// Algorithm, per key tile of kv_block keys: R·KB dot-product accumulators at
+// a time (KB keys x R rows, 8 or 12 independent FMA chains), reduced four at
+// a time into one vector of 128-bit-block partial sums; then mask and causal
+// limits per row; online softmax per row, vectorised over the tile's keys
+// (scores stored row-major, padded with -inf to whole vectors); and the mix
+// in column chunks of R x CV accumulator vectors. Keys whose weight is 0 for
+// a row (masked, causally hidden, or underflowed) are skipped for that row,
+// so NaN or Inf in V at a key the row cannot see never reaches it, as in the
+// reference.
+//
+// Memory traffic: K and V are read once per view (the tile's K rows go
+// through registers, its V rows once per column chunk: from L1 after the
+// first chunk); q, o and the scores stay in L1. Extra memory:
+// R·(d + kv_block + dv + padding) floats (NarrowScratch).
+#if defined(ATTN_KERNELS_STREAMING_NARROW_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTN_KERNELS_STREAMING_NARROW_INL_H_
+#undef ATTN_KERNELS_STREAMING_NARROW_INL_H_
+#else
+#define ATTN_KERNELS_STREAMING_NARROW_INL_H_
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "hwy/aligned_allocator.h"
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+#include "kernels/kernel.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn {
+namespace HWY_NAMESPACE {
+
+// Views of at most NarrowMaxRows() query rows take the narrow path: half a
+// panel. Measured on Zen 3 AVX2 (16-row panels), decode with K/V in DRAM:
+// 4 rows 10 GB/s narrow vs 4.5 panel, 8 rows ~10 vs 4.9; at 12 rows the
+// panel is 3/4 full and does about the FMA work of three 4-row groups.
+HWY_INLINE int64_t NarrowMaxRows() { return int64_t(PanelWidth()) / 2; }
+
+// Rows sharing each loaded K vector and V vector in the micro-kernels
+// (R·KB and R·CV accumulators fit 16 registers for R <= 4).
+constexpr int64_t kNarrowGroupRows = 4;
+
+// Running softmax state of one row.
+struct NarrowRowStats {
+  float max = -std::numeric_limits<float>::infinity();
+  float sum = 0.0f;
+  bool nan = false;
+};
+
+// Per-thread buffers of the narrow path.
+class NarrowScratch {
+ public:
+  void Reserve(int64_t rows, int64_t d, int64_t kv_block, int64_t dv) {
+    const int64_t N = int64_t(hn::Lanes(DF()));
+    q_stride_ = RoundUp(d, N);
+    s_stride_ = RoundUp(kv_block, N);
+    o_stride_ = RoundUp(dv, N);
+    Grow(q_, q_size_, size_t(rows * q_stride_));
+    Grow(s_, s_size_, size_t(rows * s_stride_));
+    Grow(o_, o_size_, size_t(rows * o_stride_));
+    if (stats_.size() < size_t(rows)) stats_.resize(size_t(rows));
+  }
+  float* q(int64_t r) const { return q_.get() + r * q_stride_; }  // scaled query row
+  float* s(int64_t r) const { return s_.get() + r * s_stride_; }  // scores / weights
+  float* o(int64_t r) const { return o_.get() + r * o_stride_; }  // unnormalised output
+  NarrowRowStats* stats() { return stats_.data(); }
+
+ private:
+  static int64_t RoundUp(int64_t x, int64_t n) { return (std::max<int64_t>(x, 1) + n - 1) / n * n; }
+  static void Grow(hwy::AlignedFreeUniquePtr<float[]>& p, size_t& size, size_t need) {
+    if (need <= size) return;
+    // Allocate first, replace after: a failed growth keeps the old buffer.
+    hwy::AlignedFreeUniquePtr<float[]> grown = hwy::AllocateAligned<float>(need);
+    if (!grown) throw std::bad_alloc();
+    p = std::move(grown);
+    size = need;
+  }
+  hwy::AlignedFreeUniquePtr<float[]> q_, s_, o_;
+  size_t q_size_ = 0, s_size_ = 0, o_size_ = 0;
+  int64_t q_stride_ = 0, s_stride_ = 0, o_stride_ = 0;
+  std::vector<NarrowRowStats> stats_;
+};
+
+// w[4b + m] = Σ of a_m's lanes in 128-bit block b, for m < 4: four
+// horizontal sums in six shuffles/adds (interleaves within 128-bit blocks).
+HWY_INLINE VF SumFourPerBlock(VF a0, VF a1, VF a2, VF a3) {
+  const DF df;
+  const hn::Repartition<double, DF> dd;
+  // [a0_0 + a0_2, a1_0 + a1_2, a0_1 + a0_3, a1_1 + a1_3] per block.
+  const VF s01 = hn::Add(hn::InterleaveLower(df, a0, a1), hn::InterleaveUpper(df, a0, a1));
+  const VF s23 = hn::Add(hn::InterleaveLower(df, a2, a3), hn::InterleaveUpper(df, a2, a3));
+  const auto lo = hn::InterleaveLower(dd, hn::BitCast(dd, s01), hn::BitCast(dd, s23));
+  const auto hi = hn::InterleaveUpper(dd, hn::BitCast(dd, s01), hn::BitCast(dd, s23));
+  return hn::Add(hn::BitCast(df, lo), hn::BitCast(df, hi));
+}
+
+// Keys per score block for R rows: R·KB independent accumulators, enough to
+// hide the FMA latency with 16 registers (R·KB + R q vectors + 1 temporary).
+template <int R>
+constexpr int NarrowKeysPerBlock() {
+  return R == 1 ? 8 : R == 2 ? 4 : R == 3 ? 4 : 2;
+}
+
+// Scores of R rows against KB keys starting at k: s(r)[j0 + b] for b < KB.
+template <int R, int KB>
+HWY_INLINE void NarrowScoreBlock(const NarrowScratch& scratch, int64_t row0, int64_t d,
+                                 const float* HWY_RESTRICT k, int64_t k_stride, int64_t j0) {
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  VF acc[R * KB];
+  for (int a = 0; a < R * KB; ++a) acc[a] = hn::Zero(df);
+  const int64_t full = d / N * N;
+  for (int64_t c = 0; c < full; c += N) {
+    VF q[R];
+    for (int r = 0; r < R; ++r) q[r] = hn::Load(df, scratch.q(row0 + r) + c);
+    for (int b = 0; b < KB; ++b) {
+      const VF kv = hn::LoadU(df, k + b * k_stride + c);
+      for (int r = 0; r < R; ++r) acc[r * KB + b] = hn::MulAdd(q[r], kv, acc[r * KB + b]);
+    }
+  }
+  // Horizontal sums, four accumulators at a time.
+  float sums[R * KB + 3];
+  HWY_ALIGN float blocks[hn::MaxLanes(DF())];
+  for (int a = 0; a < R * KB; a += 4) {
+    const VF w = SumFourPerBlock(acc[a], a + 1 < R * KB ? acc[a + 1] : hn::Zero(df),
+                                 a + 2 < R * KB ? acc[a + 2] : hn::Zero(df),
+                                 a + 3 < R * KB ? acc[a + 3] : hn::Zero(df));
+    hn::Store(w, df, blocks);
+    for (int m = 0; m < 4; ++m) {
+      float total = 0.0f;
+      for (int64_t blk = 0; blk < N / 4; ++blk) total += blocks[blk * 4 + m];
+      sums[a + m] = total;
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const float* HWY_RESTRICT q = scratch.q(row0 + r);
+    for (int b = 0; b < KB; ++b) {
+      float total = sums[r * KB + b];
+      const float* HWY_RESTRICT kb = k + b * k_stride;
+      for (int64_t c = full; c < d; ++c) total += q[c] * kb[c];  // ragged d
+      scratch.s(row0 + r)[j0 + b] = total;
+    }
+  }
+}
+
+// Requests V rows [j, j + count) into the cache. The mix reads each V row in
+// column chunks at the row stride; for V not in cache that access pattern
+// waits on memory once per row (decode with K/V in DRAM ran at ~7 GB/s on
+// Zen 3 without this), while the score pass reads K sequentially and the
+// hardware prefetcher keeps up with it.
+HWY_INLINE void PrefetchRows(const float* HWY_RESTRICT v, int64_t v_stride, int64_t count,
+                             int64_t dv) {
+  constexpr int64_t kLineFloats = 64 / sizeof(float);
+  for (int64_t j = 0; j < count; ++j) {
+    for (int64_t c = 0; c < dv; c += kLineFloats) hwy::Prefetch(v + j * v_stride + c);
+    hwy::Prefetch(v + j * v_stride + dv - 1);
+  }
+}
+
+// K rows are requested this many keys ahead of the score pass (into the
+// next tile; never past the view's last key). The hardware prefetcher alone
+// left decode with K in DRAM at ~8 GB/s; 16 keys ahead gave ~9.6.
+constexpr int64_t kKeyPrefetchDistance = 64;
+
+// Scores of a tile: blocks of KB keys, then the rest one at a time, with the
+// same keys' V rows prefetched for the mix.
+template <int R>
+HWY_INLINE void NarrowScoreTile(const NarrowScratch& scratch, int64_t row0, int64_t d,
+                                const float* HWY_RESTRICT k, int64_t k_stride, int64_t keys,
+                                int64_t keys_left, const float* HWY_RESTRICT v,
+                                int64_t v_stride, int64_t dv, bool prefetch) {
+  constexpr int KB = NarrowKeysPerBlock<R>();
+  int64_t j = 0;
+  for (; j + KB <= keys; j += KB) {
+    if (prefetch) PrefetchRows(v + j * v_stride, v_stride, KB, dv);
+    if (prefetch && j + kKeyPrefetchDistance + KB <= keys_left) {
+      PrefetchRows(k + (j + kKeyPrefetchDistance) * k_stride, k_stride, KB, d);
+    }
+    NarrowScoreBlock<R, KB>(scratch, row0, d, k + j * k_stride, k_stride, j);
+  }
+  if (prefetch) PrefetchRows(v + j * v_stride, v_stride, keys - j, dv);
+  for (; j < keys; ++j) NarrowScoreBlock<R, 1>(scratch, row0, d, k + j * k_stride, k_stride, j);
+}
+
+// o(r)[c0 + n·N + lane] += Σ_j p(r)[j]·V[j][c0 + ...] for CV whole vectors of
+// columns. With kSkipZeros (the tile has a zero weight somewhere), a row
+// whose weight is 0 skips the key (see the file comment); otherwise there is
+// no branch in the loop.
+template <int R, int CV, bool kSkipZeros>
+HWY_INLINE void NarrowMixChunk(const NarrowScratch& scratch, int64_t row0, int64_t keys,
+                               const float* HWY_RESTRICT v, int64_t v_stride, int64_t c0) {
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  VF acc[R][CV];
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < CV; ++n) acc[r][n] = hn::Load(df, scratch.o(row0 + r) + c0 + n * N);
+  for (int64_t j = 0; j < keys; ++j) {
+    const float* HWY_RESTRICT vj = v + j * v_stride + c0;
+    VF vv[CV];
+    for (int n = 0; n < CV; ++n) vv[n] = hn::LoadU(df, vj + n * N);
+    for (int r = 0; r < R; ++r) {
+      const float p = scratch.s(row0 + r)[j];
+      if (kSkipZeros && p == 0.0f) continue;
+      const VF pb = hn::Set(df, p);
+      for (int n = 0; n < CV; ++n) acc[r][n] = hn::MulAdd(pb, vv[n], acc[r][n]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < CV; ++n) hn::Store(acc[r][n], df, scratch.o(row0 + r) + c0 + n * N);
+}
+
+template <int R, int CV, bool kSkipZeros>
+HWY_INLINE void NarrowMixChunkN(int64_t vectors, const NarrowScratch& scratch, int64_t row0,
+                                int64_t keys,
+                                const float* HWY_RESTRICT v, int64_t v_stride, int64_t c0) {
+  if constexpr (CV > 0) {
+    if (vectors == CV) return NarrowMixChunk<R, CV, kSkipZeros>(scratch, row0, keys, v, v_stride, c0);
+    NarrowMixChunkN<R, CV - 1, kSkipZeros>(vectors, scratch, row0, keys, v, v_stride, c0);
+  }
+}
+
+// o(r) += P·V for one tile: column chunks of CV vectors (R·CV accumulators),
+// the ragged columns past the last whole vector in scalar code.
+template <int R>
+HWY_INLINE void NarrowMixTile(const NarrowScratch& scratch, int64_t row0, int64_t keys,
+                              const float* HWY_RESTRICT v, int64_t v_stride, int64_t dv) {
+  constexpr int CV = R == 1 ? 8 : R == 2 ? 4 : 2;
+  const int64_t N = int64_t(hn::Lanes(DF()));
+  const int64_t vectors = dv / N;
+  bool any_zero = false;
+  for (int r = 0; r < R; ++r) {
+    const float* HWY_RESTRICT p = scratch.s(row0 + r);
+    for (int64_t j = 0; j < keys; ++j) any_zero |= p[j] == 0.0f;
+  }
+  for (int64_t n0 = 0; n0 < vectors; n0 += CV) {
+    const int64_t chunk = std::min<int64_t>(CV, vectors - n0);
+    if (any_zero) {
+      NarrowMixChunkN<R, CV, true>(chunk, scratch, row0, keys, v, v_stride, n0 * N);
+    } else {
+      NarrowMixChunkN<R, CV, false>(chunk, scratch, row0, keys, v, v_stride, n0 * N);
+    }
+  }
+  for (int64_t c = vectors * N; c < dv; ++c) {
+    for (int r = 0; r < R; ++r) {
+      const float* HWY_RESTRICT p = scratch.s(row0 + r);
+      float total = scratch.o(row0 + r)[c];
+      for (int64_t j = 0; j < keys; ++j) {
+        if (p[j] != 0.0f) total += p[j] * v[j * v_stride + c];
+      }
+      scratch.o(row0 + r)[c] = total;
+    }
+  }
+}
+
+// Online-softmax step for one row's tile of scores (keys valid entries,
+// padded with -inf to whole vectors): weights exp(s - max) in place, and the
+// row's accumulator rescaled only when its max grew.
+HWY_INLINE void NarrowSoftmaxRow(float* HWY_RESTRICT s, int64_t keys, NarrowRowStats& stats,
+                                 float* HWY_RESTRICT o, int64_t dv) {
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const int64_t padded = (keys + N - 1) / N * N;
+  for (int64_t j = keys; j < padded; ++j) s[j] = neg_inf;
+  VF m = hn::Set(df, neg_inf);
+  for (int64_t j = 0; j < padded; j += N) m = hn::Max(m, hn::Load(df, s + j));
+  // A NaN score may or may not win the max; either way x below is NaN in
+  // that lane (or in all), the flag is set and the row comes out NaN.
+  const float tile_max = hn::GetLane(hn::MaxOfLanes(df, m));
+  const float new_max = std::max(stats.max, tile_max);
+  const float base = new_max == neg_inf ? 0.0f : new_max;
+  const VF vbase = hn::Set(df, base);
+  VF sum = hn::Zero(df);
+  auto nan = hn::FirstN(df, 0);
+  for (int64_t j = 0; j < padded; j += N) {
+    const VF x = hn::Sub(hn::Load(df, s + j), vbase);
+    nan = hn::Or(nan, hn::IsNaN(x));
+    const VF e = ExpNonPositive(x);
+    hn::Store(e, df, s + j);
+    sum = hn::Add(sum, e);
+  }
+  if (!hn::AllFalse(df, nan)) stats.nan = true;
+  if (new_max > stats.max && stats.sum > 0.0f) {
+    const float alpha = std::exp(stats.max - base);
+    stats.sum *= alpha;
+    for (int64_t c = 0; c < dv; ++c) o[c] *= alpha;
+  }
+  stats.sum += hn::GetLane(hn::SumOfLanes(df, sum));
+  stats.max = new_max;
+}
+
+// One tile of keys [j0, j0 + keys) for the R rows [row0, row0 + R) of a
+// view: scores, mask and causal limits, online softmax, mix.
+template <int R>
+HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scratch,
+                                int64_t row0, int64_t j0, int64_t keys, int64_t key_end,
+                                NarrowRowStats* HWY_RESTRICT stats) {
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  // The first group of the tile brings its K and V rows into the cache.
+  NarrowScoreTile<R>(scratch, row0, h.d, h.k + j0 * h.k_stride, h.k_stride, keys, key_end - j0,
+                     h.v + j0 * h.v_stride, h.v_stride, h.dv, /*prefetch=*/row0 == 0);
+  for (int64_t r = row0; r < row0 + R; ++r) {
+    float* HWY_RESTRICT s = scratch.s(r);
+    if (h.mask) {
+      const float* HWY_RESTRICT m = h.mask + r * h.mask_row_stride + j0 * h.mask_col_stride;
+      for (int64_t j = 0; j < keys; ++j) {
+        // -inf hides the key whatever its score (even NaN from K there).
+        const float mj = m[j * h.mask_col_stride];
+        s[j] = mj == neg_inf ? neg_inf : s[j] + mj;
+      }
+    }
+    // Keys past this row's causal limit.
+    const int64_t visible = std::max<int64_t>(0, std::min(keys, r + h.causal_offset + 1 - j0));
+    for (int64_t j = visible; j < keys; ++j) s[j] = neg_inf;
+    NarrowSoftmaxRow(s, keys, stats[r], scratch.o(r), h.dv);
+  }
+  NarrowMixTile<R>(scratch, row0, keys, h.v + j0 * h.v_stride, h.v_stride, h.dv);
+}
+
+// Views of up to NarrowMaxRows() rows: normalised output and lse. Rows go
+// in groups of up to kNarrowGroupRows; every group of a key tile runs while
+// the tile's K and V rows are in L1/L2, so K and V come from memory once per
+// view whatever its row count.
+HWY_INLINE void NarrowHead(const internal::HeadView& h, const Tiles& tiles,
+                           NarrowScratch& scratch) {
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const int64_t rows = h.tq;
+  // The mix walks the tile's V rows once per column chunk: the tile must
+  // stay in L1 (16 KiB of V), or with power-of-two row strides the passes
+  // evict each other even from L2 (kv_block 128 at d = 128 ran at a quarter
+  // of the speed for 4 rows).
+  const int64_t l1_keys = std::max<int64_t>(8, (16 * 1024 / 4) / std::max<int64_t>(1, h.dv));
+  const int64_t kv_block = std::max<int64_t>(1, std::min<int64_t>(tiles.kv_block, l1_keys));
+  scratch.Reserve(rows, h.d, kv_block, h.dv);
+  NarrowRowStats* HWY_RESTRICT stats = scratch.stats();
+  for (int64_t r = 0; r < rows; ++r) {
+    stats[r] = NarrowRowStats();
+    const float* HWY_RESTRICT q = h.q + r * h.q_stride;
+    float* HWY_RESTRICT qs = scratch.q(r);
+    for (int64_t c = 0; c < h.d; ++c) qs[c] = h.scale * q[c];
+    std::fill(scratch.o(r), scratch.o(r) + h.dv, 0.0f);
+  }
+  // Keys after the last row's last visible key are never read.
+  const int64_t key_end = std::min(h.tk, std::max<int64_t>(0, rows - 1 + h.causal_offset + 1));
+  for (int64_t j0 = 0; j0 < key_end; j0 += kv_block) {
+    const int64_t keys = std::min(kv_block, key_end - j0);
+    for (int64_t row0 = 0; row0 < rows; row0 += kNarrowGroupRows) {
+      switch (std::min<int64_t>(kNarrowGroupRows, rows - row0)) {
+        case 1: NarrowGroupTile<1>(h, scratch, row0, j0, keys, key_end, stats); break;
+        case 2: NarrowGroupTile<2>(h, scratch, row0, j0, keys, key_end, stats); break;
+        case 3: NarrowGroupTile<3>(h, scratch, row0, j0, keys, key_end, stats); break;
+        default: NarrowGroupTile<4>(h, scratch, row0, j0, keys, key_end, stats); break;
+      }
+    }
+  }
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t r = 0; r < rows; ++r) {
+    float* HWY_RESTRICT out = h.out + r * h.out_stride;
+    const float* HWY_RESTRICT o = scratch.o(r);
+    const NarrowRowStats& st = stats[r];
+    // Fully masked rows: 0 (not o·0: V's non-finite values never reach o).
+    const float inv = st.nan ? kNaN : (st.sum > 0.0f ? 1.0f / st.sum : 0.0f);
+    for (int64_t c = 0; c < h.dv; ++c) out[c] = st.sum > 0.0f || st.nan ? o[c] * inv : 0.0f;
+    if (h.lse) {
+      h.lse[r * h.lse_stride] =
+          st.nan ? kNaN : (st.sum > 0.0f ? st.max + std::log(st.sum) : neg_inf);
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard
