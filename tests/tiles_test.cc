@@ -26,6 +26,18 @@ TEST(ChooseTiles, QueryBlockIsWholePanelsCappedAtFour) {
   EXPECT_EQ(ChooseTiles(Inputs(2048, 2048, 64)).q_block, 64);
 }
 
+TEST(ChooseTiles, LongKeysGetLargerQueryBlocksWithinHalfOfL2) {
+  // K + V of one head below 4 MiB: 4 panels.
+  EXPECT_EQ(ChooseTiles(Inputs(8192, 4095, 128)).q_block, 64);
+  // From 4 MiB: Qt + Ot of the block up to 256 KiB, 16 panels at most.
+  EXPECT_EQ(ChooseTiles(Inputs(8192, 4096, 128)).q_block, 256);  // 16 x 16 KiB
+  EXPECT_EQ(ChooseTiles(Inputs(8192, 8192, 64)).q_block, 256);   // capped at 16
+  EXPECT_EQ(ChooseTiles(Inputs(8192, 4096, 256)).q_block, 128);  // 8 x 32 KiB
+  // Never below 4 panels, never more rows than needed.
+  EXPECT_EQ(ChooseTiles(Inputs(8192, 1024, 2048)).q_block, 64);
+  EXPECT_EQ(ChooseTiles(Inputs(40, 8192, 128)).q_block, 48);
+}
+
 TEST(ChooseTiles, KeyBlockHalvesForWideHeads) {
   EXPECT_EQ(ChooseTiles(Inputs(512, 512, 128)).kv_block, 128);
   EXPECT_EQ(ChooseTiles(Inputs(512, 512, 256)).kv_block, 64);
