@@ -11,6 +11,15 @@
 // items·splits·q_block·(dv + 1) floats of partials when splitting.
 // Called from inside the caller's own OpenMP parallel region it runs on the
 // calling thread alone instead of oversubscribing.
+//
+// The OpenMP regions live in ordinary code (the HWY_ONCE part below), not
+// in Highway's per-target code: clang outlines a region into a function of
+// its own that does not inherit the target("avx2,...") attribute of the
+// function around it, and then fails to compile the SIMD code inlined into
+// it ("Cannot select: X86ISD::VRNDSCALE"). The per-target part is one
+// function that runs the streaming kernel on one view; the target's copy
+// of it is looked up once per call (one dynamic dispatch), before the
+// parallel loop, and called per work item through that pointer.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/parallel/parallel.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -28,9 +37,40 @@
 #include "kernels/parallel/parallel.h"
 #include "kernels/streaming/streaming-inl.h"
 
+#ifndef ATTN_KERNELS_PARALLEL_TARGET_DEFINED_
+#define ATTN_KERNELS_PARALLEL_TARGET_DEFINED_
+namespace attn::internal {
+// What the parallel kernel needs from the chosen SIMD target.
+struct ParallelTarget {
+  int panel_width;  // query rows per panel (q_block is rounded up to it)
+  // The streaming kernel on one view, with the calling thread's scratch.
+  void (*run_view)(const HeadView& view, const Tiles& tiles);
+};
+}  // namespace attn::internal
+#endif
+
 HWY_BEFORE_NAMESPACE();
 namespace attn {
 namespace HWY_NAMESPACE {
+
+void StreamingViewImpl(const internal::HeadView& view, const Tiles& tiles) {
+  thread_local StreamingScratch scratch;  // per thread (and target), across calls
+  StreamingHead(view, tiles, scratch);
+}
+
+internal::ParallelTarget ParallelTargetImpl() {
+  return internal::ParallelTarget{int(PanelWidth()), &StreamingViewImpl};
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attn {
+HWY_EXPORT(ParallelTargetImpl);
+namespace internal {
+namespace {
 
 // units * per_unit floats, or std::bad_alloc (reported as attn::Error
 // "memory") when that count does not fit: never a wrapped size.
@@ -43,10 +83,14 @@ size_t PartialCount(int64_t units, int64_t per_unit) {
   return size_t(count);
 }
 
-void ParallelAttentionImpl(const Problem& p, const internal::RunConfig& config) {
-  const int64_t P = int64_t(PanelWidth());
+}  // namespace
+
+void ParallelAttention(const Problem& p, const RunConfig& config) {
+  // One dispatch per call: every work item runs the same target's code.
+  const ParallelTarget target = HWY_DYNAMIC_DISPATCH(ParallelTargetImpl)();
+  const int64_t P = target.panel_width;
   const int64_t q_block = std::max<int64_t>(P, (config.tiles.q_block + P - 1) / P * P);
-  const internal::HeadViews views(p);
+  const HeadViews views(p);
   const int64_t q_blocks = (views.rows() + q_block - 1) / q_block;
   const int64_t items = views.size() * q_blocks;
   const int splits = std::max(1, config.tiles.kv_splits);
@@ -62,17 +106,13 @@ void ParallelAttentionImpl(const Problem& p, const internal::RunConfig& config) 
   std::exception_ptr error;
 
   if (splits == 1) {
-#pragma omp parallel num_threads(threads)
-    {
-      thread_local StreamingScratch scratch;  // per thread, across calls
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t item = 0; item < items; ++item) {
-        try {
-          StreamingHead(item_view(item), config.tiles, scratch);
-        } catch (...) {
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+    for (int64_t item = 0; item < items; ++item) {
+      try {
+        target.run_view(item_view(item), config.tiles);
+      } catch (...) {
 #pragma omp critical
-          if (!error) error = std::current_exception();
-        }
+        if (!error) error = std::current_exception();
       }
     }
     if (error) std::rethrow_exception(error);
@@ -85,22 +125,21 @@ void ParallelAttentionImpl(const Problem& p, const internal::RunConfig& config) 
   std::vector<float> partial_lse(PartialCount(items * splits, q_block));
 #pragma omp parallel num_threads(threads)
   {
-    thread_local StreamingScratch scratch;  // per thread, across calls
 #pragma omp for schedule(dynamic, 1)
     for (int64_t unit = 0; unit < items * splits; ++unit) {
       try {
         const int64_t item = unit / splits, split = unit % splits;
-        internal::HeadView view = item_view(item);
+        HeadView view = item_view(item);
         // Keys visible to the item's last row; split those evenly.
         const int64_t key_end =
             std::min(view.tk, std::max<int64_t>(0, view.tq - 1 + view.causal_offset + 1));
         const int64_t k0 = key_end * split / splits, k1 = key_end * (split + 1) / splits;
-        internal::HeadView part = view.Keys(k0, k1);
+        HeadView part = view.Keys(k0, k1);
         part.out = &partial_out[size_t(unit * part_out)];
         part.out_stride = dv;
         part.lse = &partial_lse[size_t(unit * q_block)];
         part.lse_stride = 1;
-        StreamingHead(part, config.tiles, scratch);
+        target.run_view(part, config.tiles);
       } catch (...) {
 #pragma omp critical
         if (!error) error = std::current_exception();
@@ -109,26 +148,15 @@ void ParallelAttentionImpl(const Problem& p, const internal::RunConfig& config) 
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < items; ++item) {
       if (error) continue;
-      const internal::HeadView view = item_view(item);
-      internal::MergePartials(view.tq, dv, splits, &partial_out[size_t(item * splits * part_out)],
-                              part_out, &partial_lse[size_t(item * splits * q_block)], q_block,
-                              view.out, view.out_stride, view.lse, view.lse_stride);
+      const HeadView view = item_view(item);
+      MergePartials(view.tq, dv, splits, &partial_out[size_t(item * splits * part_out)], part_out,
+                    &partial_lse[size_t(item * splits * q_block)], q_block, view.out,
+                    view.out_stride, view.lse, view.lse_stride);
     }
   }
   if (error) std::rethrow_exception(error);
 }
 
-}  // namespace HWY_NAMESPACE
-}  // namespace attn
-HWY_AFTER_NAMESPACE();
-
-#if HWY_ONCE
-namespace attn {
-HWY_EXPORT(ParallelAttentionImpl);
-namespace internal {
-void ParallelAttention(const Problem& p, const RunConfig& config) {
-  HWY_DYNAMIC_DISPATCH(ParallelAttentionImpl)(p, config);
-}
 }  // namespace internal
 }  // namespace attn
 #endif  // HWY_ONCE
