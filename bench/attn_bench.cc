@@ -73,6 +73,9 @@ struct Case {
 
 // FP32 FMA peak (GFLOP/s) by thread count, measured once at start-up.
 std::map<int, double> g_peak_gflops;
+// Memory read bandwidth (GB/s) by thread count, measured at start-up when a
+// decode row is registered: decode rows report GBps / this as bw_frac.
+std::map<int, double> g_read_gbps;
 
 // ATTN_BENCH_SLOWDOWN=N (an integer >= 1, default 1): every attn row calls
 // attention() N times per timed iteration while its counters still count
@@ -127,8 +130,12 @@ void SetCounters(benchmark::State& state, const Case& c, const LoopClock& clock)
   const double gflops = c.Flops() * double(state.iterations()) / seconds * 1e-9;
   state.counters["GFLOPS"] = benchmark::Counter(gflops);
   if (c.KvBytes() > 0.0) {
-    state.counters["GBps"] =
-        benchmark::Counter(c.KvBytes() * double(state.iterations()) / seconds * 1e-9);
+    const double gbps = c.KvBytes() * double(state.iterations()) / seconds * 1e-9;
+    state.counters["GBps"] = benchmark::Counter(gbps);
+    const auto bw = g_read_gbps.find(c.threads);
+    if (bw != g_read_gbps.end() && bw->second > 0.0) {
+      state.counters["bw_frac"] = benchmark::Counter(gbps / bw->second);
+    }
   }
   const auto peak = g_peak_gflops.find(c.threads);
   if (peak != g_peak_gflops.end() && peak->second > 0.0) {
@@ -406,6 +413,23 @@ int main(int argc, char** argv) {
     for (const auto& w : wanted) {
       peaks[w.first] = attn_bench::MeasurePeak(w.first);
       g_peak_gflops[w.first] = peaks[w.first].gflops;
+    }
+    std::map<int, bool> decode_threads;
+    for (const Case& c : cases) {
+      if (c.KvBytes() > 0.0) decode_threads[c.threads] = true;
+    }
+    for (const auto& w : decode_threads) {
+      const attn_bench::Peak bw = attn_bench::MeasureReadBandwidth(w.first);
+      // Same time basis as the decode rows' GBps (SetCounters): CPU time at
+      // one thread, wall clock at more (the threads share the memory bus).
+      g_read_gbps[w.first] = w.first == 1 ? bw.gflops : bw.wall_gflops;
+      std::fprintf(stderr,
+                   "attn-bench: memory read bandwidth, %d thread%s: %.1f GB/s "
+                   "(concurrent wall clock: %.1f GB/s)\n",
+                   w.first, w.first == 1 ? "" : "s", bw.gflops, bw.wall_gflops);
+      char value[32];
+      std::snprintf(value, sizeof(value), "%.2f", bw.gflops);
+      benchmark::AddCustomContext("read_gbps_threads_" + std::to_string(w.first), value);
     }
     const size_t lanes = attn_bench::PeakProbeLanes();
     std::fprintf(stderr, "attn-bench: SIMD target %s (%zu float lanes)\n", target.c_str(), lanes);

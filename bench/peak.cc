@@ -52,6 +52,21 @@ float FmaChainsImpl(int64_t iters, float a_scalar, float b_scalar) {
 
 size_t LanesImpl() { return hn::Lanes(hn::ScalableTag<float>()); }
 
+// Σ p[0..n) for n a multiple of 4 vectors: four accumulators so the loop is
+// bound by loads, not by add latency.
+float SumFloatsImpl(const float* HWY_RESTRICT p, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  auto s0 = hn::Zero(df), s1 = hn::Zero(df), s2 = hn::Zero(df), s3 = hn::Zero(df);
+  for (int64_t i = 0; i + 4 * N <= n; i += 4 * N) {
+    s0 = hn::Add(s0, hn::LoadU(df, p + i));
+    s1 = hn::Add(s1, hn::LoadU(df, p + i + N));
+    s2 = hn::Add(s2, hn::LoadU(df, p + i + 2 * N));
+    s3 = hn::Add(s3, hn::LoadU(df, p + i + 3 * N));
+  }
+  return hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace attn_bench
 HWY_AFTER_NAMESPACE();
@@ -66,10 +81,12 @@ HWY_AFTER_NAMESPACE();
 #include <vector>
 
 #include "bench/peak.h"
+#include "hwy/aligned_allocator.h"
 
 namespace attn_bench {
 HWY_EXPORT(FmaChainsImpl);
 HWY_EXPORT(LanesImpl);
+HWY_EXPORT(SumFloatsImpl);
 
 namespace {
 
@@ -95,8 +112,9 @@ struct Timing {
   std::vector<double> cpu;         // each thread's own CPU seconds
 };
 
-// `threads` threads each run `iters` iterations, released together.
-Timing TimeConcurrent(int threads, int64_t iters) {
+// `threads` threads each run work(t), released together.
+template <class Work>
+Timing TimeConcurrent(int threads, const Work& work) {
   using Clock = std::chrono::steady_clock;
   std::atomic<int> ready{0};
   std::atomic<bool> go{false};
@@ -110,7 +128,7 @@ Timing TimeConcurrent(int threads, int64_t iters) {
       ready.fetch_add(1);
       while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
       const double c0 = ThreadCpuSeconds();
-      sums[size_t(t)] = RunChains(iters);
+      sums[size_t(t)] = work(t);
       timing.cpu[size_t(t)] = ThreadCpuSeconds() - c0;
     });
   }
@@ -125,6 +143,10 @@ Timing TimeConcurrent(int threads, int64_t iters) {
   return timing;
 }
 
+Timing TimeChains(int threads, int64_t iters) {
+  return TimeConcurrent(threads, [iters](int) { return RunChains(iters); });
+}
+
 }  // namespace
 
 size_t PeakProbeLanes() { return HWY_DYNAMIC_DISPATCH(LanesImpl)(); }
@@ -136,7 +158,7 @@ Peak MeasurePeak(int threads, double seconds, int repeats) {
   int64_t iters = 1 << 16;
   double t = 0.0;
   for (;;) {
-    t = TimeConcurrent(1, iters).cpu[0];
+    t = TimeChains(1, iters).cpu[0];
     if (t >= 0.02 || iters >= (int64_t{1} << 40)) break;
     iters *= 4;
   }
@@ -144,11 +166,39 @@ Peak MeasurePeak(int threads, double seconds, int repeats) {
   const double flops = flops_per_iter * double(iters);
   Peak best;
   for (int r = 0; r < std::max(1, repeats); ++r) {
-    const Timing timing = TimeConcurrent(threads, iters);
+    const Timing timing = TimeChains(threads, iters);
     double sum = 0.0;
     for (double c : timing.cpu) sum += flops / std::max(c, 1e-9) * 1e-9;
     best.gflops = std::max(best.gflops, sum);
     best.wall_gflops = std::max(best.wall_gflops, flops * threads / timing.wall * 1e-9);
+  }
+  return best;
+}
+
+Peak MeasureReadBandwidth(int threads, size_t bytes, int repeats) {
+  threads = std::max(1, threads);
+  const int64_t lanes = int64_t(PeakProbeLanes());
+  // Whole groups of 4 vectors per thread.
+  const int64_t per_thread = int64_t(bytes / sizeof(float)) / threads / (4 * lanes) * (4 * lanes);
+  if (per_thread <= 0) return Peak();
+  hwy::AlignedFreeUniquePtr<float[]> data = hwy::AllocateAligned<float>(size_t(per_thread * threads));
+  if (!data) return Peak();
+  // Each thread first-touches its own slice (NUMA-local pages on big hosts).
+  TimeConcurrent(threads, [&](int t) {
+    float* slice = data.get() + int64_t(t) * per_thread;
+    std::fill(slice, slice + per_thread, 1.0f);
+    return 0.0f;
+  });
+  const double slice_bytes = double(per_thread) * sizeof(float);
+  Peak best;
+  for (int r = 0; r < std::max(1, repeats); ++r) {
+    const Timing timing = TimeConcurrent(threads, [&](int t) {
+      return HWY_DYNAMIC_DISPATCH(SumFloatsImpl)(data.get() + int64_t(t) * per_thread, per_thread);
+    });
+    double sum = 0.0;
+    for (double c : timing.cpu) sum += slice_bytes / std::max(c, 1e-9) * 1e-9;
+    best.gflops = std::max(best.gflops, sum);
+    best.wall_gflops = std::max(best.wall_gflops, slice_bytes * threads / timing.wall * 1e-9);
   }
   return best;
 }

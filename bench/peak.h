@@ -25,4 +25,12 @@ struct Peak {
 // best of `repeats` runs (each field maximised separately).
 Peak MeasurePeak(int threads, double seconds = 0.2, int repeats = 4);
 
+// Memory read bandwidth in GB/s (10^9 bytes/s) of `threads` threads each
+// summing its own slice of one `bytes` buffer (default 256 MiB, beyond any
+// last-level cache here), with the kernels' SIMD target: the yardstick for
+// decode, which must read K and V once. Same fields and statistic as the
+// peak: Σ per-thread bytes / own CPU time (gflops holds GB/s), concurrent
+// wall clock beside it; best of `repeats`.
+Peak MeasureReadBandwidth(int threads, size_t bytes = size_t(256) << 20, int repeats = 3);
+
 }  // namespace attn_bench
