@@ -269,6 +269,28 @@ TEST(Hostile, NonFiniteVAtAMaskedKeyIsNeverRead) {
   }
 }
 
+// The per-tile NaN/Inf check must find a value anywhere in the tile: first
+// and last key (the last key tile is ragged), first, middle and last value
+// column, with d_v below, at and above one vector on every target (11: the
+// scalar path on AVX-512, a ragged last vector elsewhere; 37: several
+// vectors and a ragged one). A missed value leaks into rows 0..35, which
+// cannot see key 52, or row 0, which cannot see key 17.
+TEST(Hostile, NonFiniteVIsFoundAnywhereInItsTile) {
+  for (int64_t dv : {11, 37}) {
+    const std::array<int64_t, 2> cells[] = {{17, 0}, {17, dv - 1}, {40, dv / 2}, {52, 0}, {52, dv - 1}};
+    for (const auto& [key, column] : cells) {
+      SCOPED_TRACE("dv " + std::to_string(dv) + " V[" + std::to_string(key) + "][" +
+                   std::to_string(column) + "]");
+      Shape s = Base(Causal::kBottomRight);
+      s.dv = dv;
+      OwnedProblem o = MakeProblem(s);
+      At(o.v, o.problem.v, 0, 0, key, column) = kNaN;
+      EXPECT_EQ(Kinds(o.problem).nan_columns_only, 2 * (36 - (key - 17)));
+      ExpectEveryKernelMatches(o);
+    }
+  }
+}
+
 // The other side of that rule: a key the row can see is read whatever its
 // weight. A mask of -200 gives key 40 a weight of e^-200 in rows 0..23:
 // 0 in float32, tiny but not 0 in the reference's float64, where NaN times

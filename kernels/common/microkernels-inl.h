@@ -29,6 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -205,9 +206,11 @@ HWY_INLINE void MixTile(const float* HWY_RESTRICT pt, int64_t keys,
 //      lanes whose weight is not -0.
 
 // Whether any V[j][c], j < keys, c < dv, is NaN or ±Inf: v·0 + acc is NaN
-// exactly when v is not finite (acc starting at 0). Four keys at a time
-// into four accumulators (independent FMA chains); a ragged dv ends with
-// one vector overlapping the previous one, never past the row.
+// exactly when v is not finite (acc starting at 0). Eight keys at a time,
+// each into its own accumulator: eight independent FMA chains cover the
+// FMA latency, so the scan runs at load throughput. The last group repeats
+// the tile's last key instead of a ragged loop, and a ragged dv ends with
+// one vector overlapping the previous one: nothing past a row is read.
 HWY_INLINE bool HasNonFinite(const float* HWY_RESTRICT v, int64_t v_stride, int64_t keys,
                              int64_t dv) {
   const DF df;
@@ -219,33 +222,21 @@ HWY_INLINE bool HasNonFinite(const float* HWY_RESTRICT v, int64_t v_stride, int6
       for (int64_t c = 0; c < dv; ++c) acc += v[j * v_stride + c] * 0.0f;
     return std::isnan(acc);
   }
-  VF a0 = zero, a1 = zero, a2 = zero, a3 = zero;
+  constexpr int kKeys = 8;
+  VF acc[kKeys];
+  for (int r = 0; r < kKeys; ++r) acc[r] = zero;
   const int64_t last = dv - N;  // start of the last (possibly overlapping) vector
-  int64_t j = 0;
-  for (; j + 4 <= keys; j += 4) {
-    const float* HWY_RESTRICT v0 = v + j * v_stride;
-    const float* HWY_RESTRICT v1 = v0 + v_stride;
-    const float* HWY_RESTRICT v2 = v1 + v_stride;
-    const float* HWY_RESTRICT v3 = v2 + v_stride;
+  for (int64_t j = 0; j < keys; j += kKeys) {
+    const float* HWY_RESTRICT row[kKeys];
+    for (int r = 0; r < kKeys; ++r) row[r] = v + std::min<int64_t>(j + r, keys - 1) * v_stride;
     for (int64_t c = 0;; c += N) {
       if (c > last) c = last;
-      a0 = hn::MulAdd(hn::LoadU(df, v0 + c), zero, a0);
-      a1 = hn::MulAdd(hn::LoadU(df, v1 + c), zero, a1);
-      a2 = hn::MulAdd(hn::LoadU(df, v2 + c), zero, a2);
-      a3 = hn::MulAdd(hn::LoadU(df, v3 + c), zero, a3);
+      for (int r = 0; r < kKeys; ++r) acc[r] = hn::MulAdd(hn::LoadU(df, row[r] + c), zero, acc[r]);
       if (c == last) break;
     }
   }
-  for (; j < keys; ++j) {
-    const float* HWY_RESTRICT vj = v + j * v_stride;
-    for (int64_t c = 0;; c += N) {
-      if (c > last) c = last;
-      a0 = hn::MulAdd(hn::LoadU(df, vj + c), zero, a0);
-      if (c == last) break;
-    }
-  }
-  const VF all = hn::Add(hn::Add(a0, a1), hn::Add(a2, a3));
-  return !hn::AllFalse(df, hn::IsNaN(all));
+  for (int r = 1; r < kKeys; ++r) acc[0] = hn::Add(acc[0], acc[r]);
+  return !hn::AllFalse(df, hn::IsNaN(acc[0]));
 }
 
 // The slow path's state for one V tile that holds NaN or ±Inf.
