@@ -340,6 +340,54 @@ TEST(Hostile, NonFiniteKAtAMaskedKeyFollowsTheReference) {
   }
 }
 
+// The same rules on the streaming and parallel kernels' narrow path (views of
+// at most half a panel of rows: decode, a few query rows over a cache).
+// Three rows, bottom-right causal, T_k 53: row i sees keys j <= 50 + i, so
+// key 51 is hidden from row 0 and key 52 from rows 0 and 1. NaN/Inf in V
+// there, hidden by causality or by a -inf mask, never reaches those rows;
+// an underflowed weight (mask -200) still reads it; NaN in K at a
+// causally hidden key is never read, and under a -inf mask follows the
+// reference (NaN + -inf = NaN).
+TEST(Hostile, NarrowPathFollowsTheSameNonFiniteRules) {
+  Shape base = Base(Causal::kBottomRight);
+  base.tq = 3;
+  for (float bad : {kNaN, kInf}) {
+    SCOPED_TRACE(std::to_string(bad));
+    {
+      SCOPED_TRACE("V, causal");
+      OwnedProblem o = MakeProblem(base);
+      At(o.v, o.problem.v, 0, 0, 52, 3) = bad;
+      At(o.v, o.problem.v, 0, 0, 51, 0) = bad;
+      if (std::isnan(bad)) {
+        EXPECT_EQ(Kinds(o.problem).finite, 2);  // row 0 of both heads
+      }
+      ExpectEveryKernelMatches(o);
+    }
+    {
+      SCOPED_TRACE("V, mask -inf / -200");
+      Shape s = base;
+      s.causal = Causal::kNone;
+      s.additive_mask = true;
+      OwnedProblem o = MakeProblem(s);
+      for (float& m : o.mask) m = std::isinf(m) ? 0.5f : m;
+      At(o.v, o.problem.v, 0, 0, 20, 1) = bad;
+      o.mask[size_t(0 * 53 + 20)] = -kInf;    // row 0: hidden, exact
+      o.mask[size_t(1 * 53 + 20)] = -200.0f;  // row 1: underflows, read
+      if (std::isnan(bad)) {
+        EXPECT_EQ(Kinds(o.problem).finite, 2);  // row 0 of both heads
+      }
+      ExpectEveryKernelMatches(o);
+    }
+    {
+      SCOPED_TRACE("K, causal");
+      OwnedProblem o = MakeProblem(base);
+      At(o.k, o.problem.k, 0, 0, 52, 2) = bad;
+      EXPECT_GE(Kinds(o.problem).finite, 2 * 2);  // rows 0 and 1 never read K[52]
+      ExpectEveryKernelMatches(o);
+    }
+  }
+}
+
 // ---- denormal, huge and overflowing values ---------------------------------
 
 TEST(Hostile, DenormalInputsAreOrdinaryNumbers) {

@@ -19,10 +19,11 @@
 // a time into one vector of 128-bit-block partial sums; then mask and causal
 // limits per row; online softmax per row, vectorised over the tile's keys
 // (scores stored row-major, padded with -inf to whole vectors); and the mix
-// in column chunks of R x CV accumulator vectors. Keys whose weight is 0 for
-// a row (masked, causally hidden, or underflowed) are skipped for that row,
-// so NaN or Inf in V at a key the row cannot see never reaches it, as in the
-// reference.
+// in column chunks of R x CV accumulator vectors. A key a row cannot see
+// (score -inf: causally hidden, masked with -inf) gets the weight -0 and is
+// skipped for that row, so NaN or Inf in V there never reaches it, as in the
+// reference; an underflowed weight (+0) is read, as the panel kernels do
+// (softmax-inl.h ExpTile, microkernels-inl.h).
 //
 // Memory traffic: K and V are read once per view (the tile's K rows go
 // through registers, its V rows once per column chunk: from L1 after the
@@ -203,11 +204,14 @@ HWY_INLINE void NarrowScoreTile(const NarrowScratch& scratch, int64_t row0, int6
   for (; j < keys; ++j) NarrowScoreBlock<R, 1>(scratch, row0, d, k + j * k_stride, k_stride, j);
 }
 
+// The weight of a key its row cannot see: -0 (NarrowSoftmaxRow).
+HWY_INLINE bool IsHiddenWeight(float p) { return p == 0.0f && std::signbit(p); }
+
 // o(r)[c0 + n·N + lane] += Σ_j p(r)[j]·V[j][c0 + ...] for CV whole vectors of
-// columns. With kSkipZeros (the tile has a zero weight somewhere), a row
-// whose weight is 0 skips the key (see the file comment); otherwise there is
-// no branch in the loop.
-template <int R, int CV, bool kSkipZeros>
+// columns. With kSkipHidden (the tile has a hidden key somewhere), a row
+// whose weight is -0 skips the key (see the file comment); otherwise there
+// is no branch in the loop.
+template <int R, int CV, bool kSkipHidden>
 HWY_INLINE void NarrowMixChunk(const NarrowScratch& scratch, int64_t row0, int64_t keys,
                                const float* HWY_RESTRICT v, int64_t v_stride, int64_t c0) {
   const DF df;
@@ -221,7 +225,7 @@ HWY_INLINE void NarrowMixChunk(const NarrowScratch& scratch, int64_t row0, int64
     for (int n = 0; n < CV; ++n) vv[n] = hn::LoadU(df, vj + n * N);
     for (int r = 0; r < R; ++r) {
       const float p = scratch.s(row0 + r)[j];
-      if (kSkipZeros && p == 0.0f) continue;
+      if (kSkipHidden && IsHiddenWeight(p)) continue;
       const VF pb = hn::Set(df, p);
       for (int n = 0; n < CV; ++n) acc[r][n] = hn::MulAdd(pb, vv[n], acc[r][n]);
     }
@@ -230,13 +234,13 @@ HWY_INLINE void NarrowMixChunk(const NarrowScratch& scratch, int64_t row0, int64
     for (int n = 0; n < CV; ++n) hn::Store(acc[r][n], df, scratch.o(row0 + r) + c0 + n * N);
 }
 
-template <int R, int CV, bool kSkipZeros>
+template <int R, int CV, bool kSkipHidden>
 HWY_INLINE void NarrowMixChunkN(int64_t vectors, const NarrowScratch& scratch, int64_t row0,
                                 int64_t keys,
                                 const float* HWY_RESTRICT v, int64_t v_stride, int64_t c0) {
   if constexpr (CV > 0) {
-    if (vectors == CV) return NarrowMixChunk<R, CV, kSkipZeros>(scratch, row0, keys, v, v_stride, c0);
-    NarrowMixChunkN<R, CV - 1, kSkipZeros>(vectors, scratch, row0, keys, v, v_stride, c0);
+    if (vectors == CV) return NarrowMixChunk<R, CV, kSkipHidden>(scratch, row0, keys, v, v_stride, c0);
+    NarrowMixChunkN<R, CV - 1, kSkipHidden>(vectors, scratch, row0, keys, v, v_stride, c0);
   }
 }
 
@@ -248,14 +252,14 @@ HWY_INLINE void NarrowMixTile(const NarrowScratch& scratch, int64_t row0, int64_
   constexpr int CV = R == 1 ? 8 : R == 2 ? 4 : 2;
   const int64_t N = int64_t(hn::Lanes(DF()));
   const int64_t vectors = dv / N;
-  bool any_zero = false;
+  bool any_hidden = false;
   for (int r = 0; r < R; ++r) {
     const float* HWY_RESTRICT p = scratch.s(row0 + r);
-    for (int64_t j = 0; j < keys; ++j) any_zero |= p[j] == 0.0f;
+    for (int64_t j = 0; j < keys; ++j) any_hidden |= IsHiddenWeight(p[j]);
   }
   for (int64_t n0 = 0; n0 < vectors; n0 += CV) {
     const int64_t chunk = std::min<int64_t>(CV, vectors - n0);
-    if (any_zero) {
+    if (any_hidden) {
       NarrowMixChunkN<R, CV, true>(chunk, scratch, row0, keys, v, v_stride, n0 * N);
     } else {
       NarrowMixChunkN<R, CV, false>(chunk, scratch, row0, keys, v, v_stride, n0 * N);
@@ -266,7 +270,7 @@ HWY_INLINE void NarrowMixTile(const NarrowScratch& scratch, int64_t row0, int64_
       const float* HWY_RESTRICT p = scratch.s(row0 + r);
       float total = scratch.o(row0 + r)[c];
       for (int64_t j = 0; j < keys; ++j) {
-        if (p[j] != 0.0f) total += p[j] * v[j * v_stride + c];
+        if (!IsHiddenWeight(p[j])) total += p[j] * v[j * v_stride + c];
       }
       scratch.o(row0 + r)[c] = total;
     }
@@ -291,12 +295,15 @@ HWY_INLINE void NarrowSoftmaxRow(float* HWY_RESTRICT s, int64_t keys, NarrowRowS
   const float new_max = std::max(stats.max, tile_max);
   const float base = new_max == neg_inf ? 0.0f : new_max;
   const VF vbase = hn::Set(df, base);
+  const VF vneg_inf = hn::Set(df, neg_inf);
   VF sum = hn::Zero(df);
   auto nan = hn::FirstN(df, 0);
   for (int64_t j = 0; j < padded; j += N) {
     const VF x = hn::Sub(hn::Load(df, s + j), vbase);
     nan = hn::Or(nan, hn::IsNaN(x));
-    const VF e = ExpNonPositive(x);
+    // -0 marks a key the row cannot see (score -inf): never read in the mix.
+    const VF e = hn::IfThenElse(hn::Eq(hn::Load(df, s + j), vneg_inf), hn::Set(df, -0.0f),
+                                ExpNonPositive(x));
     hn::Store(e, df, s + j);
     sum = hn::Add(sum, e);
   }
@@ -325,9 +332,8 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
     if (h.mask) {
       const float* HWY_RESTRICT m = h.mask + r * h.mask_row_stride + j0 * h.mask_col_stride;
       for (int64_t j = 0; j < keys; ++j) {
-        // -inf hides the key whatever its score (even NaN from K there).
-        const float mj = m[j * h.mask_col_stride];
-        s[j] = mj == neg_inf ? neg_inf : s[j] + mj;
+        // Additive, as in the reference: NaN from K plus -inf stays NaN.
+        s[j] += m[j * h.mask_col_stride];
       }
     }
     // Keys past this row's causal limit.
