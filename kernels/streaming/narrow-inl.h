@@ -44,6 +44,7 @@
 #include "hwy/aligned_allocator.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "kernels/common/scratch.h"
 #include "kernels/kernel.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -75,9 +76,9 @@ class NarrowScratch {
     q_stride_ = RoundUp(d, N);
     s_stride_ = RoundUp(kv_block, N);
     o_stride_ = RoundUp(dv, N);
-    Grow(q_, q_size_, size_t(rows * q_stride_));
-    Grow(s_, s_size_, size_t(rows * s_stride_));
-    Grow(o_, o_size_, size_t(rows * o_stride_));
+    internal::GrowScratch(q_, q_size_, size_t(rows * q_stride_));
+    internal::GrowScratch(s_, s_size_, size_t(rows * s_stride_));
+    internal::GrowScratch(o_, o_size_, size_t(rows * o_stride_));
     if (stats_.size() < size_t(rows)) stats_.resize(size_t(rows));
   }
   float* q(int64_t r) const { return q_.get() + r * q_stride_; }  // scaled query row
@@ -87,14 +88,6 @@ class NarrowScratch {
 
  private:
   static int64_t RoundUp(int64_t x, int64_t n) { return (std::max<int64_t>(x, 1) + n - 1) / n * n; }
-  static void Grow(hwy::AlignedFreeUniquePtr<float[]>& p, size_t& size, size_t need) {
-    if (need <= size) return;
-    // Allocate first, replace after: a failed growth keeps the old buffer.
-    hwy::AlignedFreeUniquePtr<float[]> grown = hwy::AllocateAligned<float>(need);
-    if (!grown) throw std::bad_alloc();
-    p = std::move(grown);
-    size = need;
-  }
   hwy::AlignedFreeUniquePtr<float[]> q_, s_, o_;
   size_t q_size_ = 0, s_size_ = 0, o_size_ = 0;
   int64_t q_stride_ = 0, s_stride_ = 0, o_stride_ = 0;

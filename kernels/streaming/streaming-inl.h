@@ -26,6 +26,7 @@
 
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
+#include "kernels/common/scratch.h"
 #include "kernels/kernel.h"
 #include "kernels/streaming/narrow-inl.h"
 
@@ -39,10 +40,10 @@ class StreamingScratch {
   void Reserve(int64_t q_block, int64_t kv_block, int64_t d, int64_t dv) {
     const size_t P = PanelWidth();
     const int64_t panels = (q_block + int64_t(P) - 1) / int64_t(P);
-    Grow(qt_, qt_size_, size_t(panels * d) * P);
-    Grow(ot_, ot_size_, size_t(panels * dv) * P);
-    Grow(st_, st_size_, size_t(kv_block) * P);
-    Grow(stats_, stats_size_, size_t(panels) * 3 * P);
+    internal::GrowScratch(qt_, qt_size_, size_t(panels * d) * P);
+    internal::GrowScratch(ot_, ot_size_, size_t(panels * dv) * P);
+    internal::GrowScratch(st_, st_size_, size_t(kv_block) * P);
+    internal::GrowScratch(stats_, stats_size_, size_t(panels) * 3 * P);
   }
   float* qt(int64_t panel, int64_t d) const { return qt_.get() + panel * d * PanelWidth(); }
   float* ot(int64_t panel, int64_t dv) const { return ot_.get() + panel * dv * PanelWidth(); }
@@ -54,15 +55,6 @@ class StreamingScratch {
   }
 
  private:
-  static void Grow(hwy::AlignedFreeUniquePtr<float[]>& p, size_t& size, size_t need) {
-    if (need <= size) return;
-    // Allocate first, replace after: a failed growth leaves the old (smaller
-    // but valid) buffer and size in place for the next call on this thread.
-    hwy::AlignedFreeUniquePtr<float[]> grown = hwy::AllocateAligned<float>(need);
-    if (!grown) throw std::bad_alloc();
-    p = std::move(grown);
-    size = need;
-  }
   NarrowScratch narrow_;  // for views of few rows (narrow-inl.h)
   hwy::AlignedFreeUniquePtr<float[]> qt_, ot_, st_, stats_;
   size_t qt_size_ = 0, ot_size_ = 0, st_size_ = 0, stats_size_ = 0;
