@@ -72,6 +72,18 @@ TEST_P(KernelsTest, MatchesReferenceOnEveryTarget) {
   ForceTarget("auto");
 }
 
+// One decode step (T_q = 1, bottom-right causal) of q_heads over kv_heads.
+Shape DecodeShape(int64_t q_heads, int64_t kv_heads, int64_t tk, int64_t d) {
+  Shape s;
+  s.q_heads = q_heads;
+  s.kv_heads = kv_heads;
+  s.tq = 1;
+  s.tk = tk;
+  s.d = d;
+  s.causal = Causal::kBottomRight;
+  return s;
+}
+
 std::vector<Shape> Shapes() {
   std::vector<Shape> shapes;
   uint64_t seed = 100;
@@ -197,27 +209,9 @@ std::vector<Shape> Shapes() {
         add(s);
       }
     }
-    for (int64_t group : {3, 6}) {
-      Shape s;
-      s.q_heads = 2 * group;
-      s.kv_heads = 2;
-      s.tq = 1;
-      s.tk = 135;
-      s.d = 33;
-      s.causal = Causal::kBottomRight;
-      add(s);
-    }
+    for (int64_t group : {3, 6}) add(DecodeShape(2 * group, 2, 135, 33));
   }
-  {
-    Shape s;  // MQA decode with more heads than one panel holds
-    s.q_heads = 40;
-    s.kv_heads = 1;
-    s.tq = 1;
-    s.tk = 517;
-    s.d = 64;
-    s.causal = Causal::kBottomRight;
-    add(s);
-  }
+  add(DecodeShape(40, 1, 517, 64));  // MQA decode with more heads than one panel holds
   return shapes;
 }
 
