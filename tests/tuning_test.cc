@@ -464,6 +464,7 @@ TEST_F(TuningTest, RoundTripsThroughAFileTheLibraryLoads) {
   EXPECT_TRUE(CurrentTuning().loaded);
   ClearTuning();
   EXPECT_FALSE(CurrentTuning().loaded);
+  std::remove(path.c_str());
 }
 
 // ---- bad files: ignored with one warning, defaults used, results correct ---------------
@@ -768,6 +769,7 @@ TEST_F(TuningTest, AutoFollowsTheTableExactlyAndByBucket) {
   // An explicit kernel is not looked up at all.
   o.kernel = KernelId::kStreaming;
   EXPECT_EQ(ExplainChoice(p, o).source, "explicit");
+  std::remove(path.c_str());
 }
 
 TEST(AutoChoice, TableMadeForAnotherTargetIsNotUsedAfterForcingOne) {
