@@ -198,6 +198,34 @@ TEST(Tuner, RemeasuresTheBaselineWhenItLost) {
   EXPECT_EQ(r.candidates[0].samples.size(), 2u);
 }
 
+TEST(Tuner, TheWinnerMustBeatTheBaselineHeadToHeadByTheMargin) {
+  // Candidate 1 wins the first pass (a burst hit the baseline's samples);
+  // head to head, the two alternate and see the same conditions.
+  for (double head_to_head : {0.98, 0.90}) {
+    SCOPED_TRACE(head_to_head);
+    std::vector<std::vector<double>> seq = {{2.0, 2.0, 1.0, 1.0},
+                                            {0.5, 0.5, head_to_head, head_to_head}};
+    std::vector<size_t> next(2, 0);
+    std::vector<int> order;
+    attn_tune::TunerHooks hooks;
+    hooks.check = [](size_t) { return attn_tune::CheckOutcome{true, "", 0.0}; };
+    hooks.time_once = [&](size_t i) {
+      order.push_back(int(i));
+      return seq[i][next[i]++];
+    };
+    attn_tune::TunerSettings settings;
+    settings.max_repeats = 2;
+    settings.min_gain = 0.03;
+    const attn_tune::TunerResult r = attn_tune::Tune(2, hooks, settings);
+    // 0.98 is within 3% of the baseline's 1.0: the baseline stays.
+    EXPECT_EQ(r.winner, head_to_head < 0.97 ? 1 : 0);
+    EXPECT_EQ(order, (std::vector<int>{0, 0, 1, 1, 0, 1, 0, 1}));  // alternated
+    EXPECT_EQ(r.candidates[1].samples.size(), 4u);
+    EXPECT_DOUBLE_EQ(r.candidates[0].best, 1.0);  // scores from the head to head
+    EXPECT_DOUBLE_EQ(r.candidates[1].best, head_to_head);
+  }
+}
+
 TEST(Tuner, StopsAtTheBudgetButAlwaysMeasuresTheFirstCandidate) {
   attn_tune::TunerSettings settings;
   settings.max_repeats = 3;

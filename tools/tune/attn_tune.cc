@@ -218,7 +218,7 @@ int Tune(const Args& args) {
     // the check run before it has already warmed the caches.
     settings.tuner.min_repeats = 1;
     settings.tuner.budget_seconds = std::max(0.05, left / double(shapes.size() - i));
-    settings.min_sample_seconds = args.quick ? 0.002 : 0.005;
+    settings.min_sample_seconds = args.quick ? 0.01 : 0.005;
     settings.on_candidate = [&](size_t c, size_t n) { progress.Candidate(c, n); };
     progress.StartShape(i, shape.Name());
     const double shape_start = progress.ElapsedSeconds();

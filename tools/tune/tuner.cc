@@ -65,16 +65,30 @@ TunerResult Tune(size_t candidate_count, const TunerHooks& hooks, const TunerSet
   }
   if (settings.remeasure_first && result.winner > 0 &&
       result.candidates[0].verdict == Verdict::kTimed) {
+    // Head to head: the baseline and the winner alternately, so both see
+    // the same interference; the winner keeps its place only if its best
+    // sample here beats the baseline's by min_gain.
+    const size_t w = size_t(result.winner);
     Measurement& first = result.candidates[0];
+    Measurement& win = result.candidates[w];
+    double first_best = std::numeric_limits<double>::infinity(), win_best = first_best;
     for (int r = 0; r < max_repeats; ++r) {
-      const double t = hooks.time_once(0);
-      result.spent_seconds += std::max(0.0, t);
-      first.samples.push_back(t);
-      first.best = std::min(first.best, t);
+      const double t0 = hooks.time_once(0);
+      const double tw = hooks.time_once(w);
+      result.spent_seconds += std::max(0.0, t0) + std::max(0.0, tw);
+      first.samples.push_back(t0);
+      win.samples.push_back(tw);
+      first_best = std::min(first_best, t0);
+      win_best = std::min(win_best, tw);
       if (!budget_left() && r + 1 >= min_repeats) break;
     }
+    // The head-to-head bests are the scores: the reported speed-up over the
+    // baseline is then the one the decision was made on.
+    first.best = first_best;
+    win.best = win_best;
     first.median = Median(first.samples);
-    if (first.best < best_score) result.winner = 0;
+    win.median = Median(win.samples);
+    if (!(win_best * (1.0 + settings.min_gain) < first_best)) result.winner = 0;
   }
   return result;
 }

@@ -16,8 +16,8 @@
 // without further samples: it cannot win, and timing it would only eat the
 // budget. Once the time spent (checks and samples) reaches budget_seconds,
 // the remaining candidates are skipped; the candidate in progress keeps the
-// samples it has. Finally a baseline that lost is timed once more (see
-// remeasure_first).
+// samples it has. Finally a baseline that lost meets the winner head to
+// head (see remeasure_first).
 #pragma once
 
 #include <cstddef>
@@ -44,11 +44,17 @@ struct TunerSettings {
   int min_repeats = 2;    // samples before the budget may cut a candidate short
   double drop_ratio = 1.5;  // drop when best sample > drop_ratio x best score
   double budget_seconds = std::numeric_limits<double>::infinity();
-  // Time the first candidate (the baseline) again after the others when it
-  // did not win: a baseline measured during a burst of interference would
-  // otherwise make every speed-up over it look many times larger. If the
-  // new samples make it the fastest, it wins.
+  // When the first candidate (the baseline: what `auto` runs untuned) did
+  // not win, time it and the winner again, alternately, max_repeats times
+  // each: a baseline measured during a burst of interference would
+  // otherwise make every speed-up over it look many times larger, and a
+  // winner that was merely lucky would make `auto` slower than untuned.
+  // The winner stays only if its best head-to-head sample is faster than
+  // the baseline's by more than min_gain; otherwise the baseline wins.
   bool remeasure_first = true;
+  // Two runs of the same code on a shared machine differ by a few percent
+  // even alternated; a gain within that is not worth a table entry.
+  double min_gain = 0.03;
 };
 
 enum class Verdict {
