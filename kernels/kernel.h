@@ -10,6 +10,7 @@
 // batches, GQA or layouts.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
@@ -35,6 +36,9 @@ struct HeadView {
   int64_t causal_offset = kNoCausal;
 
   bool Visible(int64_t i, int64_t j) const { return j <= i + causal_offset; }
+  // Row i sees keys [0, KeyEnd(i)) (its causal limit, within [0, tk]); the
+  // keys a block of rows needs are those of its last row.
+  int64_t KeyEnd(int64_t i) const { return std::min(tk, std::max<int64_t>(0, i + causal_offset + 1)); }
 
   // Rows [begin, end) of the queries (and outputs).
   HeadView Rows(int64_t begin, int64_t end) const;

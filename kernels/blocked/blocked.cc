@@ -34,7 +34,7 @@ void BlockedHead(const internal::HeadView& h, const Tiles& tiles, float* HWY_RES
   // NaN / Inf in V (microkernels-inl.h, NonFiniteV): each key tile the head
   // reads is checked once here, not once per panel, then v_bad[tile] says
   // which tiles take the slow path.
-  const int64_t head_keys = std::min(h.tk, std::max<int64_t>(0, h.tq - 1 + h.causal_offset + 1));
+  const int64_t head_keys = h.KeyEnd(h.tq - 1);
   bool any_bad = false;
   for (int64_t j0 = 0; j0 < head_keys; j0 += kv_block) {
     const int64_t tile_keys = std::min(kv_block, head_keys - j0);
@@ -47,7 +47,7 @@ void BlockedHead(const internal::HeadView& h, const Tiles& tiles, float* HWY_RES
     PackQueryPanel(h.q + r0 * h.q_stride, h.q_stride, rows, h.d, h.scale, qt);
     ResetStats(s);
     std::fill(ot, ot + h.dv * P, 0.0f);
-    const int64_t keys = std::min(h.tk, std::max<int64_t>(0, r0 + rows - 1 + h.causal_offset + 1));
+    const int64_t keys = h.KeyEnd(r0 + rows - 1);
     for (int64_t j0 = 0; j0 < keys; j0 += kv_block) {
       const int64_t tile_keys = std::min(kv_block, keys - j0);
       float* tile = st + j0 * P;

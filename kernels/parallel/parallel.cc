@@ -131,8 +131,7 @@ void ParallelAttention(const Problem& p, const RunConfig& config) {
         const int64_t item = unit / splits, split = unit % splits;
         HeadView view = item_view(item);
         // Keys visible to the item's last row; split those evenly.
-        const int64_t key_end =
-            std::min(view.tk, std::max<int64_t>(0, view.tq - 1 + view.causal_offset + 1));
+        const int64_t key_end = view.KeyEnd(view.tq - 1);
         const int64_t k0 = key_end * split / splits, k1 = key_end * (split + 1) / splits;
         HeadView part = view.Keys(k0, k1);
         part.out = &partial_out[size_t(unit * part_out)];

@@ -330,7 +330,7 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
       }
     }
     // Keys past this row's causal limit.
-    const int64_t visible = std::max<int64_t>(0, std::min(keys, r + h.causal_offset + 1 - j0));
+    const int64_t visible = std::clamp<int64_t>(h.KeyEnd(r) - j0, 0, keys);
     for (int64_t j = visible; j < keys; ++j) s[j] = neg_inf;
     NarrowSoftmaxRow(s, keys, stats[r], scratch.o(r), h.dv);
   }
@@ -361,7 +361,7 @@ HWY_INLINE void NarrowHead(const internal::HeadView& h, const Tiles& tiles,
     std::fill(scratch.o(r), scratch.o(r) + h.dv, 0.0f);
   }
   // Keys after the last row's last visible key are never read.
-  const int64_t key_end = std::min(h.tk, std::max<int64_t>(0, rows - 1 + h.causal_offset + 1));
+  const int64_t key_end = h.KeyEnd(rows - 1);
   for (int64_t j0 = 0; j0 < key_end; j0 += kv_block) {
     const int64_t keys = std::min(kv_block, key_end - j0);
     for (int64_t row0 = 0; row0 < rows; row0 += kNarrowGroupRows) {

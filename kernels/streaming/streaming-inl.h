@@ -82,7 +82,7 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
       std::fill(scratch.ot(p, h.dv), scratch.ot(p, h.dv) + h.dv * P, 0.0f);
     }
     // Keys after the block's last visible key are never read.
-    const int64_t key_end = std::min(h.tk, std::max<int64_t>(0, q0 + rows - 1 + h.causal_offset + 1));
+    const int64_t key_end = h.KeyEnd(q0 + rows - 1);
     NonFiniteV bad_v;  // slow path for NaN / Inf in V (microkernels-inl.h)
     for (int64_t j0 = 0; j0 < key_end; j0 += kv_block) {
       const int64_t tile_keys = std::min(kv_block, key_end - j0);
@@ -93,9 +93,8 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
         const int64_t r0 = q0 + p * P;
         const int64_t panel_rows = std::min(P, h.tq - r0);
         // Keys this panel may see: up to its last row's causal limit.
-        const int64_t visible_end = std::min(j0 + tile_keys,
-                                             std::max<int64_t>(j0, r0 + panel_rows - 1 + h.causal_offset + 1));
-        const int64_t keys = visible_end - j0;
+        const int64_t keys =
+            std::clamp<int64_t>(h.KeyEnd(r0 + panel_rows - 1), j0, j0 + tile_keys) - j0;
         if (keys <= 0) continue;  // tile wholly above this panel's diagonal
         ScoreTile(scratch.qt(p, h.d), h.d, h.k + j0 * h.k_stride, h.k_stride, keys, st);
         if (h.mask) {
