@@ -239,6 +239,10 @@ HWY_INLINE bool HasNonFinite(const float* HWY_RESTRICT v, int64_t v_stride, int6
   return !hn::AllFalse(df, hn::IsNaN(acc[0]));
 }
 
+// Whether a softmax weight marks a key its row cannot see: -0 (see above;
+// the narrow path of the streaming kernel follows the same convention).
+HWY_INLINE bool IsHiddenWeight(float w) { return w == 0.0f && std::signbit(w); }
+
 // The slow path's state for one V tile that holds NaN or ±Inf.
 class NonFiniteV {
  public:
@@ -269,7 +273,7 @@ class NonFiniteV {
         if (std::isfinite(x)) continue;
         for (int64_t i = 0; i < P; ++i) {
           const float w = pt[j * P + i];
-          if (w == 0.0f && std::signbit(w)) continue;  // -0: key hidden from row i
+          if (IsHiddenWeight(w)) continue;  // key hidden from row i
           ot[c * P + i] += x * w;
         }
       }

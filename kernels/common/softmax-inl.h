@@ -89,6 +89,15 @@ HWY_INLINE VF TileMax(const float* HWY_RESTRICT st, int64_t keys, size_t offset,
   return hn::Max(m0, m1);
 }
 
+// The weight exp(s - base) = e of a score s, or -0 where s is -inf (a key the
+// row cannot see), so that the mix can tell it from an underflowed weight
+// (microkernels-inl.h, NonFiniteV and IsHiddenWeight).
+HWY_INLINE VF MarkHidden(VF s, VF e) {
+  const DF df;
+  return hn::IfThenElse(hn::Eq(s, hn::Set(df, -std::numeric_limits<float>::infinity())),
+                        hn::Set(df, -0.0f), e);
+}
+
 // St[j] = exp(St[j] - base) in place; returns the lane-wise sum and ORs NaN
 // lanes of (St - base) into *nan_lanes. With kMarkMasked, the weight of a
 // -inf score (a key the row cannot see) is -0 instead of +0, so that the
@@ -99,15 +108,10 @@ HWY_INLINE VF ExpTile(float* HWY_RESTRICT st, int64_t keys, size_t offset, VF ba
                       hn::Mask<DF>* nan_lanes) {
   const DF df;
   const size_t P = PanelWidth();
-  const auto mark = [df](VF s, VF e) {
-    if constexpr (kMarkMasked) {
-      const VF neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
-      return hn::IfThenElse(hn::Eq(s, neg_inf), hn::Set(df, -0.0f), e);
-    } else {
-      (void)df;
-      (void)s;
-      return e;
-    }
+  const auto mark = [](VF s, VF e) {
+    if constexpr (kMarkMasked) return MarkHidden(s, e);
+    (void)s;
+    return e;
   };
   VF sum0 = hn::Zero(df), sum1 = hn::Zero(df);
   auto nan = *nan_lanes;
@@ -202,6 +206,21 @@ HWY_INLINE void FullSoftmax(float* HWY_RESTRICT st, int64_t keys, const PanelSta
   }
 }
 
+// A finished row's output factor and lse from its softmax state: 1/sum and
+// max + log(sum); NaN and NaN for a NaN row; for a row that saw no key
+// (sum 0) factor 0 and lse -inf, and its output must be written as 0, not
+// as acc * 0 (V may hold NaN / Inf at keys it never weighted).
+struct RowFinish {
+  float inv, lse;
+  bool empty;
+};
+HWY_INLINE RowFinish FinishRow(float max, float sum, bool nan) {
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  if (nan) return {kNaN, kNaN, false};
+  if (!(sum > 0.0f)) return {0.0f, -std::numeric_limits<float>::infinity(), true};
+  return {1.0f / sum, max + std::log(sum), false};
+}
+
 // Writes the panel's rows: out[i][c] = Ot[c][i] / sum[i], lse[i] = max + log
 // sum (natural log). Fully masked rows give 0 / -inf, NaN rows NaN / NaN.
 //
@@ -214,18 +233,16 @@ HWY_INLINE void FinishPanel(const float* HWY_RESTRICT ot, const PanelStats& s, i
                             int64_t dv, float* HWY_RESTRICT out, int64_t out_stride,
                             float* HWY_RESTRICT lse, int64_t lse_stride) {
   const size_t P = PanelWidth();
-  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-  constexpr float kInf = std::numeric_limits<float>::infinity();
-  // Per-row factor: 1/sum, NaN for NaN rows; fully masked rows are zeroed
-  // below (not ot * 0: V may hold NaN or Inf at their never-weighted keys).
+  // Per-row factor (FinishRow); fully masked rows are zeroed below.
   float inv[hn::MaxLanes(DF()) * kPanelVectors];
+  bool empty[hn::MaxLanes(DF()) * kPanelVectors];
   bool any_empty = false;
   for (int64_t i = 0; i < rows; ++i) {
-    const bool nan = s.nan[i] != 0.0f;
-    const float sum = s.sum[i];
-    any_empty |= !nan && !(sum > 0.0f);
-    inv[i] = nan ? kNaN : (sum > 0.0f ? 1.0f / sum : 0.0f);
-    if (lse) lse[i * lse_stride] = nan ? kNaN : (sum > 0.0f ? s.max[i] + std::log(sum) : -kInf);
+    const RowFinish f = FinishRow(s.max[i], s.sum[i], s.nan[i] != 0.0f);
+    empty[i] = f.empty;
+    any_empty |= f.empty;
+    inv[i] = f.inv;
+    if (lse) lse[i * lse_stride] = f.lse;
   }
   const hn::Full128<float> d4;
   int64_t i = 0;
@@ -258,7 +275,7 @@ HWY_INLINE void FinishPanel(const float* HWY_RESTRICT ot, const PanelStats& s, i
   }
   if (any_empty) {
     for (int64_t r = 0; r < rows; ++r) {
-      if (s.nan[r] == 0.0f && !(s.sum[r] > 0.0f)) {
+      if (empty[r]) {
         for (int64_t c = 0; c < dv; ++c) out[r * out_stride + c] = 0.0f;
       }
     }

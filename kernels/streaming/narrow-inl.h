@@ -197,9 +197,6 @@ HWY_INLINE void NarrowScoreTile(const NarrowScratch& scratch, int64_t row0, int6
   for (; j < keys; ++j) NarrowScoreBlock<R, 1>(scratch, row0, d, k + j * k_stride, k_stride, j);
 }
 
-// The weight of a key its row cannot see: -0 (NarrowSoftmaxRow).
-HWY_INLINE bool IsHiddenWeight(float p) { return p == 0.0f && std::signbit(p); }
-
 // o(r)[c0 + n·N + lane] += Σ_j p(r)[j]·V[j][c0 + ...] for CV whole vectors of
 // columns. With kSkipHidden (the tile has a hidden key somewhere), a row
 // whose weight is -0 skips the key (see the file comment); otherwise there
@@ -288,15 +285,14 @@ HWY_INLINE void NarrowSoftmaxRow(float* HWY_RESTRICT s, int64_t keys, NarrowRowS
   const float new_max = std::max(stats.max, tile_max);
   const float base = new_max == neg_inf ? 0.0f : new_max;
   const VF vbase = hn::Set(df, base);
-  const VF vneg_inf = hn::Set(df, neg_inf);
   VF sum = hn::Zero(df);
   auto nan = hn::FirstN(df, 0);
   for (int64_t j = 0; j < padded; j += N) {
-    const VF x = hn::Sub(hn::Load(df, s + j), vbase);
+    const VF score = hn::Load(df, s + j);
+    const VF x = hn::Sub(score, vbase);
     nan = hn::Or(nan, hn::IsNaN(x));
-    // -0 marks a key the row cannot see (score -inf): never read in the mix.
-    const VF e = hn::IfThenElse(hn::Eq(hn::Load(df, s + j), vneg_inf), hn::Set(df, -0.0f),
-                                ExpNonPositive(x));
+    // A key the row cannot see gets -0 and is never read in the mix.
+    const VF e = MarkHidden(score, ExpNonPositive(x));
     hn::Store(e, df, s + j);
     sum = hn::Add(sum, e);
   }
@@ -343,7 +339,6 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
 // view whatever its row count.
 HWY_INLINE void NarrowHead(const internal::HeadView& h, const Tiles& tiles,
                            NarrowScratch& scratch) {
-  const float neg_inf = -std::numeric_limits<float>::infinity();
   const int64_t rows = h.tq;
   // The mix walks the tile's V rows once per column chunk: the tile must
   // stay in L1 (16 KiB of V), or with power-of-two row strides the passes
@@ -373,18 +368,12 @@ HWY_INLINE void NarrowHead(const internal::HeadView& h, const Tiles& tiles,
       }
     }
   }
-  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
   for (int64_t r = 0; r < rows; ++r) {
     float* HWY_RESTRICT out = h.out + r * h.out_stride;
     const float* HWY_RESTRICT o = scratch.o(r);
-    const NarrowRowStats& st = stats[r];
-    // Fully masked rows: 0 (not o·0: V's non-finite values never reach o).
-    const float inv = st.nan ? kNaN : (st.sum > 0.0f ? 1.0f / st.sum : 0.0f);
-    for (int64_t c = 0; c < h.dv; ++c) out[c] = st.sum > 0.0f || st.nan ? o[c] * inv : 0.0f;
-    if (h.lse) {
-      h.lse[r * h.lse_stride] =
-          st.nan ? kNaN : (st.sum > 0.0f ? st.max + std::log(st.sum) : neg_inf);
-    }
+    const RowFinish f = FinishRow(stats[r].max, stats[r].sum, stats[r].nan);
+    for (int64_t c = 0; c < h.dv; ++c) out[c] = f.empty ? 0.0f : o[c] * f.inv;
+    if (h.lse) h.lse[r * h.lse_stride] = f.lse;
   }
 }
 
