@@ -83,6 +83,18 @@ size_t PartialCount(int64_t units, int64_t per_unit) {
   return size_t(count);
 }
 
+// Runs body() inside an OpenMP region, which no exception may leave: the
+// first one any thread throws is kept in *error for the caller to rethrow.
+template <class Body>
+void KeepFirstException(std::exception_ptr* error, const Body& body) {
+  try {
+    body();
+  } catch (...) {
+#pragma omp critical
+    if (!*error) *error = std::current_exception();
+  }
+}
+
 }  // namespace
 
 void ParallelAttention(const Problem& p, const RunConfig& config) {
@@ -102,18 +114,12 @@ void ParallelAttention(const Problem& p, const RunConfig& config) {
     const int64_t q0 = (item % q_blocks) * q_block;
     return views[item / q_blocks].Rows(q0, std::min(views.rows(), q0 + q_block));
   };
-  // Exceptions must not escape an OpenMP region: keep the first, rethrow.
-  std::exception_ptr error;
+  std::exception_ptr error;  // the first exception of any thread (KeepFirstException)
 
   if (splits == 1) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
     for (int64_t item = 0; item < items; ++item) {
-      try {
-        target.run_view(item_view(item), config.tiles);
-      } catch (...) {
-#pragma omp critical
-        if (!error) error = std::current_exception();
-      }
+      KeepFirstException(&error, [&] { target.run_view(item_view(item), config.tiles); });
     }
     if (error) std::rethrow_exception(error);
     return;
@@ -127,7 +133,7 @@ void ParallelAttention(const Problem& p, const RunConfig& config) {
   {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t unit = 0; unit < items * splits; ++unit) {
-      try {
+      KeepFirstException(&error, [&] {
         const int64_t item = unit / splits, split = unit % splits;
         HeadView view = item_view(item);
         // Keys visible to the item's last row; split those evenly.
@@ -139,10 +145,7 @@ void ParallelAttention(const Problem& p, const RunConfig& config) {
         part.lse = &partial_lse[size_t(unit * q_block)];
         part.lse_stride = 1;
         target.run_view(part, config.tiles);
-      } catch (...) {
-#pragma omp critical
-        if (!error) error = std::current_exception();
-      }
+      });
     }
 #pragma omp for schedule(static)
     for (int64_t item = 0; item < items; ++item) {
