@@ -12,6 +12,7 @@
 #include <exception>
 #include <map>
 #include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -352,6 +353,29 @@ std::vector<Case> DefaultCases() {
   return cases;
 }
 
+// The cases that --benchmark_filter selects, by Google Benchmark's rule: an
+// extended regex searched in the name, "" or "all" for every case, a leading
+// '-' for the complement. The probes run only for these cases' thread counts
+// (one attn-bench process per shape in bench/peers/compare.py would otherwise
+// pay for every thread count's peak and bandwidth probe). A filter this
+// cannot parse selects every case; Google Benchmark then reports it.
+std::vector<Case> SelectedCases(const std::vector<Case>& cases, std::string filter) {
+  if (filter.empty() || filter == "all") return cases;
+  const bool negate = filter[0] == '-';
+  if (negate) filter.erase(0, 1);
+  std::regex pattern;
+  try {
+    pattern = std::regex(filter, std::regex::extended);
+  } catch (const std::regex_error&) {
+    return cases;
+  }
+  std::vector<Case> selected;
+  for (const Case& c : cases) {
+    if (std::regex_search(c.Name(), pattern) != negate) selected.push_back(c);
+  }
+  return selected;
+}
+
 bool HasFlag(int argc, char** argv, const char* prefix) {
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], prefix, std::strlen(prefix)) == 0) return true;
@@ -407,15 +431,16 @@ int main(int argc, char** argv) {
   if (!list_only) {
     // Applies ATTN_TARGET first, so the probe dispatches like the kernels.
     const std::string target = attn::CurrentTarget();
+    const std::vector<Case> selected = SelectedCases(cases, benchmark::GetBenchmarkFilter());
     std::map<int, bool> wanted;
-    for (const Case& c : cases) wanted[c.threads] = true;
+    for (const Case& c : selected) wanted[c.threads] = true;
     std::map<int, attn_bench::Peak> peaks;
     for (const auto& w : wanted) {
       peaks[w.first] = attn_bench::MeasurePeak(w.first);
       g_peak_gflops[w.first] = peaks[w.first].gflops;
     }
     std::map<int, bool> decode_threads;
-    for (const Case& c : cases) {
+    for (const Case& c : selected) {
       if (c.KvBytes() > 0.0) decode_threads[c.threads] = true;
     }
     for (const auto& w : decode_threads) {
