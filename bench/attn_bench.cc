@@ -74,8 +74,8 @@ struct Case {
 
 // FP32 FMA peak (GFLOP/s) by thread count, measured once at start-up.
 std::map<int, double> g_peak_gflops;
-// Memory read bandwidth (GB/s) by thread count, measured at start-up when a
-// decode row is registered: decode rows report GBps / this as bw_frac.
+// Memory read bandwidth (GB/s) by thread count, measured at start-up when the
+// filter selects a decode row: decode rows report GBps / this as bw_frac.
 std::map<int, double> g_read_gbps;
 
 // ATTN_BENCH_SLOWDOWN=N (an integer >= 1, default 1): every attn row calls
@@ -353,6 +353,13 @@ std::vector<Case> DefaultCases() {
   return cases;
 }
 
+// A figure in the JSON context, two decimals.
+void AddContextFigure(const std::string& key, double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f", value);
+  benchmark::AddCustomContext(key, text);
+}
+
 // The cases that --benchmark_filter selects, by Google Benchmark's rule: an
 // extended regex searched in the name, "" or "all" for every case, a leading
 // '-' for the complement. The probes run only for these cases' thread counts
@@ -374,6 +381,16 @@ std::vector<Case> SelectedCases(const std::vector<Case>& cases, std::string filt
     if (std::regex_search(c.Name(), pattern) != negate) selected.push_back(c);
   }
   return selected;
+}
+
+// One start-up probe's result for n threads: a line on stderr ("FP32 FMA
+// peak", "GFLOP/s"; "memory read bandwidth", "GB/s") and the figure in the
+// JSON context under context_key.
+void ReportProbe(const char* what, const char* unit, int n, const attn_bench::Peak& probe,
+                 const std::string& context_key) {
+  std::fprintf(stderr, "attn-bench: %s, %d thread%s: %.1f %s (concurrent wall clock: %.1f %s)\n",
+               what, n, n == 1 ? "" : "s", probe.gflops, unit, probe.wall_gflops, unit);
+  AddContextFigure(context_key, probe.gflops);
 }
 
 bool HasFlag(int argc, char** argv, const char* prefix) {
@@ -448,13 +465,8 @@ int main(int argc, char** argv) {
       // Same time basis as the decode rows' GBps (SetCounters): CPU time at
       // one thread, wall clock at more (the threads share the memory bus).
       g_read_gbps[w.first] = w.first == 1 ? bw.gflops : bw.wall_gflops;
-      std::fprintf(stderr,
-                   "attn-bench: memory read bandwidth, %d thread%s: %.1f GB/s "
-                   "(concurrent wall clock: %.1f GB/s)\n",
-                   w.first, w.first == 1 ? "" : "s", bw.gflops, bw.wall_gflops);
-      char value[32];
-      std::snprintf(value, sizeof(value), "%.2f", bw.gflops);
-      benchmark::AddCustomContext("read_gbps_threads_" + std::to_string(w.first), value);
+      ReportProbe("memory read bandwidth", "GB/s", w.first, bw,
+                  "read_gbps_threads_" + std::to_string(w.first));
     }
     const size_t lanes = attn_bench::PeakProbeLanes();
     std::fprintf(stderr, "attn-bench: SIMD target %s (%zu float lanes)\n", target.c_str(), lanes);
@@ -462,15 +474,9 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("peak_probe_lanes", std::to_string(lanes));
     for (const auto& pk : peaks) {
       const int n = pk.first;
-      std::fprintf(stderr,
-                   "attn-bench: FP32 FMA peak, %d thread%s: %.1f GFLOP/s "
-                   "(concurrent wall clock: %.1f GFLOP/s)\n",
-                   n, n == 1 ? "" : "s", pk.second.gflops, pk.second.wall_gflops);
-      char value[32];
-      std::snprintf(value, sizeof(value), "%.2f", pk.second.gflops);
-      benchmark::AddCustomContext("peak_gflops_threads_" + std::to_string(n), value);
-      std::snprintf(value, sizeof(value), "%.2f", pk.second.wall_gflops);
-      benchmark::AddCustomContext("peak_wall_gflops_threads_" + std::to_string(n), value);
+      ReportProbe("FP32 FMA peak", "GFLOP/s", n, pk.second,
+                  "peak_gflops_threads_" + std::to_string(n));
+      AddContextFigure("peak_wall_gflops_threads_" + std::to_string(n), pk.second.wall_gflops);
     }
   }
   benchmark::RunSpecifiedBenchmarks();
