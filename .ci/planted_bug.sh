@@ -82,7 +82,7 @@ say "$test exited with $rc"
 # every failed test.
 running=$(grep -F '[ RUN      ]' "$tmp/test.log" | tail -1)
 report=$(grep -n -m1 -E 'ERROR: AddressSanitizer|runtime error:' "$tmp/test.log" | cut -d: -f1)
-failure=$(grep -m2 -E 'Failure|exception' "$tmp/test.log")
+failure=$(grep -m2 -A3 -E 'Failure$' "$tmp/test.log" | grep -v '^--$')
 failed=$(grep -F '[  FAILED  ]' "$tmp/test.log" | sort -u | head -5)
 if [ "$rc" -ne 0 ] && { [ -n "$report" ] || [ -n "$failed" ]; }; then
   echo "planted_bug: CAUGHT"

@@ -302,7 +302,8 @@ TEST(Memory, StreamingAt65536KeysAllocatesOnlyTiles) {
   std::printf("streaming, 512 x 65536, d 64: peak extra heap %lld bytes (%s), %.2f s\n",
               (long long)extra, bound.how.c_str(), Seconds(start));
   EXPECT_LE(extra, bound.cap) << bound.how;
-  EXPECT_EQ(g_failed.load(), 0);
+  EXPECT_EQ(g_failed.load(), 0) << "allocations refused under the cap of " << bound.cap
+                                 << " bytes (" << bound.how << ")";
   l.CheckLastRows(8);
 }
 
@@ -321,7 +322,8 @@ TEST(Memory, ParallelAt65536SquaredCausalAllocatesOnlyTilesPerThread) {
   std::printf("parallel, 2 threads, 65536^2 causal, d 64: peak extra heap %lld bytes (%s), %.2f s\n",
               (long long)extra, bound.how.c_str(), Seconds(start));
   EXPECT_LE(extra, bound.cap) << bound.how;
-  EXPECT_EQ(g_failed.load(), 0);
+  EXPECT_EQ(g_failed.load(), 0) << "allocations refused under the cap of " << bound.cap
+                                 << " bytes (" << bound.how << ")";
   l.CheckLastRows(4);
 }
 

@@ -2,8 +2,8 @@
 """perf_regress: CI performance regression check for attn.
 
 Runs a fixed, fast subset of attn-bench (about 30 s on 2 cores) and compares
-it with the committed baseline (bench/baseline.json) using only figures that
-do not depend on how fast the machine is:
+it with the committed baseline of this CPU kind, bench/baselines/KIND.json,
+using only figures that do not depend on how fast the machine is:
 
   peak_frac    the row's GFLOP/s / the FP32 FMA peak measured by attn-bench's
                probe in the same process (per-thread CPU time for threads:1
@@ -31,9 +31,18 @@ slowdown (ATTN_BENCH_SLOWDOWN=2) gave scores from -42% to -62% (ideal: -50%).
 33% sits between the two; the majority-of-3 rule absorbs a single noisy run.
 bench/README.md ("Performance regression check") has the numbers.
 
-Exit status: 0 no regression (or nothing comparable: the SIMD target or
-the CPU model differs from the baseline's, which is said loudly), 1
-regression, 2 usage or attn-bench failure.
+A CPU kind is the vendor and family of /proc/cpuinfo and the SIMD target
+the run used, e.g. AuthenticAMD-family25-AVX2 (AMD Zen 3), -AVX3 (Zen 4),
+GenuineIntel-family6-AVX3 (Intel Xeon): peak fractions and ratios move with
+the core's FMA ports, vector width and caches, so a baseline only ever
+judges runs of its own kind. On a kind with no baseline the subset still
+runs, three times as for --update-baseline, and its baseline is written to
+bench/baselines/KIND.json with a loud NOTHING COMPARED banner: commit that
+file (made on a quiet machine) and later runs of that kind are checked.
+
+Exit status: 0 no regression, or no baseline for this kind (said loudly, a
+baseline written); 1 regression; 2 usage or attn-bench failure, or a
+--baseline file of another kind.
 
   tools/perf_regress.py --bench build/bench/attn-bench            # check
   tools/perf_regress.py --bench build/bench/attn-bench --update-baseline
@@ -52,7 +61,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_BASELINE = os.path.join(ROOT, "bench", "baseline.json")
+BASELINE_DIR = os.path.join(ROOT, "bench", "baselines")
 
 # The fixed subset. Shapes with their naive and blas reference rows; every
 # attn kernel at one thread on each (gated); auto/parallel/blas at two
@@ -175,11 +184,86 @@ def print_table(run, cmp, base, threshold, verdicts=None):
         print(f"{name:<{w}}  " + "".join(f"{x:>17}  " for x in cells) + status)
 
 
+def read_cpuinfo(path="/proc/cpuinfo"):
+    """The first processor's fields of a /proc/cpuinfo text: {key: value}."""
+    fields = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                if not line.strip():
+                    if fields:
+                        break
+                    continue
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    return fields
+
+
+def cpu_identity(cpuinfo, target):
+    """What a baseline is made for: vendor, family and SIMD target decide the
+    kind; model, model name and the flags that matter are recorded too."""
+    flags = set(cpuinfo.get("flags", "").split())
+    family = cpuinfo.get("cpu family", "?")
+    return {
+        "kind": f"{cpuinfo.get('vendor_id', platform.machine() or 'unknown')}-family{family}-{target}",
+        "vendor": cpuinfo.get("vendor_id", "?"),
+        "family": family,
+        "model": cpuinfo.get("model", "?"),
+        "model_name": cpuinfo.get("model name", platform.processor() or "?"),
+        "target": target,
+        "flags": sorted(flags & {"avx2", "fma", "avx512f", "avx512_bf16", "avx512fp16",
+                                 "amx_tile", "amx_bf16"}),
+    }
+
+
+def describe(ident):
+    return (f"{ident['kind']} ({ident['model_name']}, model {ident['model']}; "
+            f"flags {' '.join(ident['flags']) or 'none of note'})")
+
+
+def load_average():
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def make_baseline(runs, ident, how_args, load_before):
+    rows = {}
+    for name, f in runs[0]["rows"].items():
+        rows[name] = {"gated": f["gated"]}
+        for k in FIGS + ("GFLOPS",):
+            if k in f:
+                rows[name][k] = round(statistics.median(r["rows"][name][k] for r in runs), 5)
+    base = {"schema": 2}
+    base.update(ident)
+    base.update({
+        "made": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "load_average": {"before": load_before, "after": load_average()},
+        "how": f"tools/perf_regress.py {how_args} (per figure: the median over "
+               f"{len(runs)} runs of each run's fastest repetition)",
+        "rows": rows})
+    return base
+
+
+def write_baseline(path, base):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(base, f, indent=1)
+        f.write("\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", default=os.path.join(ROOT, "build", "bench", "attn-bench"))
-    ap.add_argument("--baseline", default=DEFAULT_BASELINE)
+    ap.add_argument("--baseline", help="this baseline file instead of the CPU kind's "
+                                       "(it must be of this run's kind)")
+    ap.add_argument("--baseline-dir", default=BASELINE_DIR,
+                    help="where the per-kind baselines KIND.json live")
+    ap.add_argument("--cpuinfo", default="/proc/cpuinfo", help=argparse.SUPPRESS)
     ap.add_argument("--threshold", type=float, default=0.33,
                     help="fractional drop of a row's median figure that counts as a regression")
     ap.add_argument("--retries", type=int, default=2,
@@ -190,8 +274,10 @@ def main():
     ap.add_argument("--repetitions", type=int, default=3,
                     help="repetitions of each row; the fastest counts")
     ap.add_argument("--update-baseline", action="store_true",
-                    help="measure --runs times and write the per-figure median as the baseline")
-    ap.add_argument("--runs", type=int, default=3, help="runs for --update-baseline")
+                    help="measure --runs times and write the per-figure median as the baseline "
+                         "of this CPU kind")
+    ap.add_argument("--runs", type=int, default=3,
+                    help="runs for a baseline (--update-baseline, or a kind with none)")
     ap.add_argument("--json", help="also write this run's figures here")
     a = ap.parse_args()
 
@@ -200,43 +286,14 @@ def main():
         return 2
     slow = os.environ.get("ATTN_BENCH_SLOWDOWN")
     t_start = time.time()
+    load_before = load_average()
+    how_args = (f"--runs {a.runs} --min-time {a.min_time} --repetitions {a.repetitions}")
+    cpuinfo = read_cpuinfo(a.cpuinfo)
 
-    if a.update_baseline:
-        if slow not in (None, "", "1"):
-            print("perf_regress: refusing to write a baseline with ATTN_BENCH_SLOWDOWN set",
-                  file=sys.stderr)
-            return 2
-        runs = []
-        for i in range(a.runs):
-            runs.append(run_bench(a.bench, a.min_time, None, a.repetitions))
-            print(f"perf_regress: baseline run {i + 1}/{a.runs}: {runs[-1]['seconds']:.0f} s",
-                  file=sys.stderr)
-        rows = {}
-        for name, f in runs[0]["rows"].items():
-            rows[name] = {"gated": f["gated"]}
-            for k in FIGS + ("GFLOPS",):
-                if k in f:
-                    rows[name][k] = round(statistics.median(r["rows"][name][k] for r in runs), 5)
-        base = {"schema": 1, "target": runs[0]["target"],
-                "machine": _cpu_model(),
-                "made": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-                "how": f"tools/perf_regress.py --update-baseline --runs {a.runs} "
-                       f"--min-time {a.min_time} --repetitions {a.repetitions} (per figure: "
-                       "the median over the runs of each run's fastest repetition)",
-                "rows": rows}
-        with open(a.baseline, "w") as f:
-            json.dump(base, f, indent=1)
-            f.write("\n")
-        print(f"perf_regress: wrote {a.baseline} ({len(rows)} rows, target {base['target']})")
-        return 0
-
-    try:
-        with open(a.baseline) as f:
-            base = json.load(f)
-    except (OSError, ValueError) as e:
-        print(f"perf_regress: cannot read baseline {a.baseline}: {e}", file=sys.stderr)
+    if a.update_baseline and slow not in (None, "", "1"):
+        print("perf_regress: refusing to write a baseline with ATTN_BENCH_SLOWDOWN set",
+              file=sys.stderr)
         return 2
-
     try:
         run = run_bench(a.bench, a.min_time, slow, a.repetitions)
     except RuntimeError as e:
@@ -245,19 +302,70 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(run, f, indent=1)
-    if run["target"] != base.get("target"):
-        print(f"perf_regress: WARNING: this run's SIMD target is {run['target']}, the baseline's "
-              f"is {base.get('target')} ({base.get('machine')}): figures are not comparable, "
-              "nothing checked. Refresh the baseline on this machine (bench/README.md).")
+    ident = cpu_identity(cpuinfo, run["target"])
+    path = a.baseline or os.path.join(a.baseline_dir, ident["kind"] + ".json")
+    shown = os.path.relpath(path, os.getcwd())
+
+    def baseline_runs():
+        runs = [run]
+        for i in range(1, a.runs):
+            print(f"perf_regress: baseline run {i + 1}/{a.runs} ...", file=sys.stderr)
+            runs.append(run_bench(a.bench, a.min_time, None, a.repetitions))
+        return runs
+
+    if a.update_baseline:
+        try:
+            base = make_baseline(baseline_runs(), ident, "--update-baseline " + how_args,
+                                 load_before)
+        except RuntimeError as e:
+            print(f"perf_regress: {e}", file=sys.stderr)
+            return 2
+        write_baseline(path, base)
+        print(f"perf_regress: wrote {shown} ({len(base['rows'])} rows) for {describe(ident)}, "
+              f"load average {base['load_average']['before']} -> {base['load_average']['after']}")
         return 0
 
-    if base.get("machine") and base["machine"] != _cpu_model():
-        print(f"perf_regress: WARNING: this CPU is {_cpu_model()}, the baseline's is "
-              f"{base['machine']}: peak fractions and ratios differ between CPU models, so the "
-              "table below is for information and nothing is checked. Refresh the baseline on "
-              "this machine (bench/README.md).")
-        print_table(run, compare(run, base, a.threshold), base, a.threshold)
+    if not os.path.exists(path) and not a.baseline:
+        # No baseline of this kind: nothing to compare, said loudly, and
+        # the baseline this machine would commit is written.
+        bar = "perf_regress: " + "=" * 64
+        print(bar)
+        print(f"perf_regress: NOTHING COMPARED: no baseline for this CPU kind, {describe(ident)}")
+        print(f"perf_regress: (committed kinds: {', '.join(known_kinds(a.baseline_dir)) or 'none'})")
+        if slow not in (None, "", "1"):
+            print("perf_regress: ATTN_BENCH_SLOWDOWN is set: no baseline written")
+            print(bar)
+            return 0
+        try:
+            base = make_baseline(baseline_runs(), ident, how_args, load_before)
+        except RuntimeError as e:
+            print(f"perf_regress: {e}", file=sys.stderr)
+            return 2
+        write_baseline(path, base)
+        print(f"perf_regress: wrote {shown} from {a.runs} runs here (load average "
+              f"{base['load_average']['before']} -> {base['load_average']['after']}). To check "
+              "this kind from now on, re-make it on a quiet machine of this kind and commit it "
+              "(bench/README.md, 'Performance regression check').")
+        print(bar)
+        print_table(run, compare(run, {"rows": {}}, a.threshold), {"rows": {}}, a.threshold)
         return 0
+
+    try:
+        with open(path) as f:
+            base = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"perf_regress: cannot read baseline {shown}: {e}", file=sys.stderr)
+        return 2
+    base_kind = base.get("kind") or f"(schema {base.get('schema')}, target {base.get('target')})"
+    if base_kind != ident["kind"]:
+        print(f"perf_regress: {shown} is a baseline of {base_kind}, this run is "
+              f"{ident['kind']}: not comparable", file=sys.stderr)
+        return 2
+    if base.get("model") != ident["model"] or base.get("model_name") != ident["model_name"]:
+        print(f"perf_regress: note: the baseline was made on {base.get('model_name')} model "
+              f"{base.get('model')}, this is {ident['model_name']} model {ident['model']} "
+              "(same kind: checked)")
+
     cmp = compare(run, base, a.threshold)
     runs_cmp = [cmp]
     flagged = [n for n, c in cmp.items() if c["gated"] and c["regressed"]]
@@ -283,8 +391,8 @@ def main():
             verdicts[name] = f"ok (noise: {hits}/{len(runs_cmp)} runs)"
         else:
             verdicts[name] = "ok"
-    print(f"perf_regress: attn-bench subset vs {os.path.relpath(a.baseline, os.getcwd())} "
-          f"(target {run['target']}, baseline made {base.get('made')}); a row regresses when "
+    print(f"perf_regress: attn-bench subset vs {shown} "
+          f"({ident['kind']}, baseline made {base.get('made')}); a row regresses when "
           f"its median figure drops > {a.threshold:.0%}" +
           (f"; ATTN_BENCH_SLOWDOWN={slow}" if slow else ""))
     print_table(run, cmp, base, a.threshold, verdicts)
@@ -294,15 +402,11 @@ def main():
     return 1 if failed else 0
 
 
-def _cpu_model():
+def known_kinds(directory):
     try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+        return sorted(f[:-5] for f in os.listdir(directory) if f.endswith(".json"))
     except OSError:
-        pass
-    return platform.processor() or "?"
+        return []
 
 
 if __name__ == "__main__":

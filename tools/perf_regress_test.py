@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Tests of tools/perf_regress.py's choice of baseline by CPU kind, against a
+fake attn-bench (so they take seconds and do not depend on this machine's
+speed), and of the committed baselines. Standard library only.
+
+  python3 tools/perf_regress_test.py        # also a ctest (tools/CMakeLists.txt)
+"""
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import perf_regress  # noqa: E402
+
+TOOL = os.path.join(HERE, "perf_regress.py")
+
+# A fake attn-bench: prints Google Benchmark JSON for the rows its filter
+# names, FAKE_TARGET as the SIMD target, and GFLOP/s that are fixed per row
+# (a hash of the name) and divided by ATTN_BENCH_SLOWDOWN for every row but
+# blas, as the real bench slows its own kernels only.
+FAKE_BENCH = r'''#!/usr/bin/env python3
+import json, os, re, sys, zlib
+regex = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--benchmark_filter="))
+names = re.match(r"^\^\((.*)\)\$$", regex).group(1).split("|")
+slow = float(os.environ.get("ATTN_BENCH_SLOWDOWN") or 1)
+rows = []
+for n in names:
+    g = 10.0 + zlib.crc32(n.encode()) % 90
+    if not n.startswith("blas/"):
+        g /= slow
+    for rep in range(3):
+        rows.append({"name": n, "run_name": n, "run_type": "iteration",
+                     "GFLOPS": g * (1 - 0.01 * rep), "peak_frac": g / 100.0})
+print(json.dumps({"context": {"attn_target": os.environ["FAKE_TARGET"]}, "benchmarks": rows}))
+'''
+
+AMD_ZEN3 = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 1
+model name\t: AMD EPYC
+flags\t\t: fpu sse4_2 avx fma avx2
+
+processor\t: 1
+vendor_id\t: AuthenticAMD
+"""
+INTEL_SPR = """processor\t: 0
+vendor_id\t: GenuineIntel
+cpu family\t: 6
+model\t\t: 143
+model name\t: Intel(R) Xeon(R) Platinum 8480+
+flags\t\t: fpu avx2 fma avx512f avx512_bf16 avx512fp16 amx_tile amx_bf16
+"""
+
+
+class Kind(unittest.TestCase):
+    def identity(self, text, target):
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+            f.write(text)
+        try:
+            return perf_regress.cpu_identity(perf_regress.read_cpuinfo(f.name), target)
+        finally:
+            os.unlink(f.name)
+
+    def test_vendor_family_and_target_make_the_kind(self):
+        amd = self.identity(AMD_ZEN3, "AVX2")
+        self.assertEqual(amd["kind"], "AuthenticAMD-family25-AVX2")
+        self.assertEqual(amd["model"], "1")
+        self.assertEqual(amd["flags"], ["avx2", "fma"])
+        intel = self.identity(INTEL_SPR, "AVX3")
+        self.assertEqual(intel["kind"], "GenuineIntel-family6-AVX3")
+        self.assertIn("amx_tile", intel["flags"])
+        # Zen 4 is family 25 as Zen 3 is: its AVX-512 target keeps it apart.
+        self.assertNotEqual(self.identity(AMD_ZEN3, "AVX3")["kind"], amd["kind"])
+
+
+class Flow(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        d = self.tmp.name
+        self.bench = os.path.join(d, "attn-bench")
+        with open(self.bench, "w") as f:
+            f.write(FAKE_BENCH)
+        os.chmod(self.bench, 0o755)
+        self.baselines = os.path.join(d, "baselines")
+        os.mkdir(self.baselines)
+        for name, text in (("amd", AMD_ZEN3), ("intel", INTEL_SPR)):
+            with open(os.path.join(d, name), "w") as f:
+                f.write(text)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def run_tool(self, cpu, target, slowdown=None, *extra):
+        env = dict(os.environ, FAKE_TARGET=target)
+        env.pop("ATTN_BENCH_SLOWDOWN", None)
+        if slowdown:
+            env["ATTN_BENCH_SLOWDOWN"] = slowdown
+        cmd = [sys.executable, TOOL, "--bench", self.bench, "--baseline-dir", self.baselines,
+               "--cpuinfo", os.path.join(self.tmp.name, cpu), "--runs", "2", *extra]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+
+    def test_a_new_kind_writes_its_baseline_loudly_then_is_checked(self):
+        first = self.run_tool("amd", "AVX2")
+        self.assertEqual(first.returncode, 0, first.stderr)
+        self.assertIn("NOTHING COMPARED", first.stdout)
+        self.assertNotIn("gated rows within threshold", first.stdout)
+        path = os.path.join(self.baselines, "AuthenticAMD-family25-AVX2.json")
+        with open(path) as f:
+            base = json.load(f)
+        self.assertEqual((base["kind"], base["vendor"], base["target"]),
+                         ("AuthenticAMD-family25-AVX2", "AuthenticAMD", "AVX2"))
+        self.assertEqual(set(base["rows"]), {r[0] for r in perf_regress.subset()})
+        second = self.run_tool("amd", "AVX2")
+        self.assertEqual(second.returncode, 0, second.stdout + second.stderr)
+        self.assertNotIn("NOTHING COMPARED", second.stdout)
+        self.assertRegex(second.stdout, r"\b(\d+) gated rows within threshold, 0 regressed")
+        # The same kind, twice as slow: every gated row regresses.
+        slow = self.run_tool("amd", "AVX2", "2")
+        self.assertEqual(slow.returncode, 1, slow.stdout + slow.stderr)
+        self.assertIn("REGRESSED (3/3 runs)", slow.stdout)
+
+    def test_another_kind_is_never_judged_by_this_kinds_baseline(self):
+        self.assertEqual(self.run_tool("amd", "AVX2").returncode, 0)
+        intel = self.run_tool("intel", "AVX3")
+        self.assertEqual(intel.returncode, 0, intel.stderr)
+        self.assertIn("NOTHING COMPARED", intel.stdout)
+        self.assertIn("GenuineIntel-family6-AVX3", intel.stdout)
+        self.assertIn("AuthenticAMD-family25-AVX2", intel.stdout)  # the committed kinds listed
+        self.assertTrue(os.path.exists(os.path.join(self.baselines,
+                                                    "GenuineIntel-family6-AVX3.json")))
+        # ATTN_TARGET=SSE4 on the AMD machine is another kind too.
+        self.assertIn("NOTHING COMPARED", self.run_tool("amd", "SSE4").stdout)
+
+    def test_an_explicit_baseline_of_another_kind_is_refused(self):
+        self.assertEqual(self.run_tool("amd", "AVX2").returncode, 0)
+        amd = os.path.join(self.baselines, "AuthenticAMD-family25-AVX2.json")
+        p = self.run_tool("intel", "AVX3", None, "--baseline", amd)
+        self.assertEqual(p.returncode, 2, p.stdout)
+        self.assertIn("not comparable", p.stderr)
+
+    def test_no_baseline_is_written_from_a_slowed_run(self):
+        p = self.run_tool("amd", "AVX2", "2")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("NOTHING COMPARED", p.stdout)
+        self.assertEqual(os.listdir(self.baselines), [])
+
+
+class Committed(unittest.TestCase):
+    def test_every_committed_baseline_is_named_by_its_kind_and_has_every_row(self):
+        files = glob.glob(os.path.join(perf_regress.BASELINE_DIR, "*.json"))
+        self.assertTrue(files, "no committed baseline in bench/baselines")
+        rows = {r[0] for r in perf_regress.subset()}
+        for path in files:
+            with open(path) as f:
+                base = json.load(f)
+            name = os.path.basename(path)[:-5]
+            self.assertEqual(name, base["kind"], path)
+            self.assertEqual(name, f"{base['vendor']}-family{base['family']}-{base['target']}")
+            self.assertTrue(re.match(r"\d{4}-\d\d-\d\d", base["made"]), path)
+            self.assertEqual(set(base["rows"]), rows, path)
+
+
+if __name__ == "__main__":
+    unittest.main()
