@@ -29,7 +29,8 @@ const KernelEntry& FindKernel(KernelId id) {
 
 KernelId DefaultKernel(const Problem&, int threads) {
   // The streaming kernel is the fastest single-threaded SIMD kernel at every
-  // shape we measured; the parallel kernel is it, spread over threads.
+  // shape we measured (AMD EPYC Zen 3, AVX2); the parallel kernel is it,
+  // spread over threads.
   return threads > 1 ? KernelId::kParallel : KernelId::kStreaming;
 }
 

@@ -7,15 +7,23 @@ namespace attn::internal {
 Tiles ChooseTiles(const TileInputs& in) {
   Tiles t;
   const int64_t P = std::max(1, in.panel_width);
+  // Every constant here was chosen and measured on AMD EPYC Zen 3 (AVX2,
+  // 16-row panels, 32 KiB L1D, 512 KiB L2 per core), the only CPU measured
+  // so far; the panel width is the target's (8, 16 or 32 rows), the byte
+  // limits are not scaled to other caches (Zen 4: 1 MiB L2; Intel Xeon:
+  // 48 KiB L1D, 2 MiB L2). Where they are wrong for a CPU, attn-tune's
+  // q_block / kv_block / kv_splits candidates measure the alternatives there.
+  //
   // A query block shares each key tile across its panels while the tile is
   // hot in L1/L2; 4 panels keep the accumulators (q_block x dv floats) in L1
-  // for dv <= 64 and in L2 beyond. Short queries get one (partial) panel.
+  // for dv <= 64 and in L2 beyond (sizes as on Zen 3 AVX2: 4 x 16 rows x 64
+  // floats = 16 KiB). Short queries get one (partial) panel.
   //
   // Long keys: once one head's K and V exceed kLongKvBytes they no longer
   // stay in this core's cache between query blocks, and the first panel of
   // every block waits on each key tile coming from L3/DRAM. A block of up to
   // 16 panels amortises that over 4x more rows, as long as its Qt and Ot
-  // (q_block x (d + dv) floats) fit kBlockBytes, half a 512 KiB L2.
+  // (q_block x (d + dv) floats) fit kBlockBytes, half of Zen 3's 512 KiB L2.
   // Measured on Zen 3 (streaming, 1 thread, T = 8192, d = 128): 256-row
   // blocks 67-68 GFLOP/s against 54-56 for 64; neutral at 4 MiB.
   constexpr int64_t kLongKvBytes = int64_t(4) << 20;
@@ -28,11 +36,13 @@ Tiles ChooseTiles(const TileInputs& in) {
   }
   const int64_t panels_needed = (in.q_len + P - 1) / P;
   t.q_block = int(std::min<int64_t>(max_panels, panels_needed) * P);
-  // Key tiles: 128 keys keep the score tile (128 x P floats) in L1 and the
-  // K/V tiles (128 x d floats each) in L2 up to d = 128; halve beyond.
+  // Key tiles: 128 keys keep the score tile (128 x P floats: 8 KiB at P = 16)
+  // in Zen 3's L1 and the K/V tiles (128 x d floats each) in its L2 up to
+  // d = 128; halve beyond. (At P = 32 on AVX-512 the score tile is 16 KiB.)
   t.kv_block = in.head_dim > 128 || in.value_dim > 128 ? 64 : 128;
   // Split-KV only when the (head, query block) items cannot feed every
-  // thread: aim at ~2 units per thread, each with at least 256 keys.
+  // thread: aim at ~2 units per thread, each with at least 256 keys (chosen
+  // on the 2-core Zen 3 VM; not measured on more cores).
   const int64_t q_blocks = (in.q_len + t.q_block - 1) / t.q_block;
   const int64_t items = in.heads * q_blocks;
   int64_t splits = 1;
