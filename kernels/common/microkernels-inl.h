@@ -1,6 +1,6 @@
 // Register-blocked micro-kernels shared by the blocked, streaming and
-// parallel kernels, compiled once per Highway target (include after
-// foreach_target.h; per-target include guard below).
+// parallel kernels, compiled once per Highway target (per-target include
+// guard below: any TU, or another -inl.h, may include it in any order).
 //
 // Layout: the "panel" formulation. A panel is kPanelVectors SIMD vectors of
 // consecutive query rows (P = kPanelVectors * Lanes queries). Queries are

@@ -1,6 +1,6 @@
 // Row softmax on score panels (St[j][i], lanes over the P query rows of a
-// panel), compiled once per Highway target. Include after
-// microkernels-inl.h.
+// panel), compiled once per Highway target (per-target include guard below;
+// it includes the micro-kernels' panel layout itself).
 //
 // Per-row statistics are vectors over the panel's rows, so the row max and
 // row sum are lane-wise Max/Add over the key axis, never horizontal.
@@ -19,10 +19,14 @@
 #define ATTN_KERNELS_COMMON_SOFTMAX_INL_H_
 #endif
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include <cmath>
 #include <limits>
 
 #include "hwy/highway.h"
+#include "kernels/common/microkernels-inl.h"  // DF, VF, PanelWidth, kPanelVectors
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {

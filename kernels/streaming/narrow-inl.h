@@ -1,7 +1,7 @@
 // Narrow streaming path for views with few query rows (decode: one query per
-// head, or a GQA group's handful of heads), per Highway target. Include after
-// microkernels-inl.h and softmax-inl.h; StreamingHead calls it for views of
-// at most NarrowMaxRows() rows.
+// head, or a GQA group's handful of heads), per Highway target (per-target
+// include guard below); StreamingHead calls it for views of at most
+// NarrowMaxRows() rows.
 //
 // Why a second formulation: the panel micro-kernels put P = 2 vectors of
 // query rows in the SIMD lanes, so a view of 1 row fills 1/P of every FMA
@@ -36,15 +36,21 @@
 #define ATTN_KERNELS_STREAMING_NARROW_INL_H_
 #endif
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "attn/attn.h"  // Tiles
 #include "hwy/aligned_allocator.h"
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "kernels/common/microkernels-inl.h"  // DF, VF, PanelWidth, IsHiddenWeight
 #include "kernels/common/scratch.h"
+#include "kernels/common/softmax-inl.h"  // ExpNonPositive, MarkHidden, FinishRow
 #include "kernels/kernel.h"
 
 HWY_BEFORE_NAMESPACE();

@@ -1,5 +1,5 @@
 // Streaming kernel (flash-attention style online softmax), per Highway
-// target. Include after microkernels-inl.h and softmax-inl.h.
+// target (per-target include guard below).
 //
 // Algorithm, per head: queries in blocks of q_block rows (whole panels of P
 // rows, transposed and pre-scaled into Qt once). For each block, stream the
@@ -22,11 +22,17 @@
 #define ATTN_KERNELS_STREAMING_INL_H_
 #endif
 
+#include <stddef.h>
+#include <stdint.h>
+
 #include <algorithm>
 
+#include "attn/attn.h"  // Tiles
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
+#include "kernels/common/microkernels-inl.h"  // panels: pack, score, mix, NonFiniteV
 #include "kernels/common/scratch.h"
+#include "kernels/common/softmax-inl.h"  // PanelStats, OnlineSoftmaxTile, FinishPanel
 #include "kernels/kernel.h"
 #include "kernels/streaming/narrow-inl.h"
 
