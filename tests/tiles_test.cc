@@ -1,5 +1,6 @@
 // The tile defaults are a pure function of the shape, the panel width and
-// the thread count; these tests pin the rules stated in dispatch/tiles.cc.
+// the thread count; these tests pin the rules stated in dispatch/tiles.cc,
+// at the panel widths of every target (8, 16 and 32 rows) on every CPU.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 namespace attn::internal {
 namespace {
 
+// A shape on AVX2's 16-row panels; OnPanels moves it to another width.
 TileInputs Inputs(int64_t tq, int64_t tk, int64_t d, int threads = 1, int64_t heads = 1) {
   TileInputs in;
   in.q_len = tq;
@@ -17,6 +19,14 @@ TileInputs Inputs(int64_t tq, int64_t tk, int64_t d, int threads = 1, int64_t he
   in.heads = heads;
   in.panel_width = 16;
   in.threads = threads;
+  return in;
+}
+
+// The panel widths of the other targets (2 vectors of float lanes): 8 rows
+// on EMU128/SSSE3/SSE4, 32 on AVX3. ChooseTiles is a pure function of its
+// inputs, so every width is tested on every CPU.
+TileInputs OnPanels(int panel_width, TileInputs in) {
+  in.panel_width = panel_width;
   return in;
 }
 
@@ -36,6 +46,54 @@ TEST(ChooseTiles, LongKeysGetLargerQueryBlocksWithinHalfOfL2) {
   // Never below 4 panels, never more rows than needed.
   EXPECT_EQ(ChooseTiles(Inputs(8192, 1024, 2048)).q_block, 64);
   EXPECT_EQ(ChooseTiles(Inputs(40, 8192, 128)).q_block, 48);
+}
+
+// The same rules in 8- and 32-row panels. Long keys: K + V of one head at
+// least 4 MiB (kv_len x (d + dv) x 4 bytes); then max_panels =
+// clamp(256 KiB / (P x (d + dv) x 4 bytes), 4, 16), else 4; q_block =
+// min(max_panels, ceil(T_q / P)) x P.
+TEST(ChooseTiles, QueryBlockFollowsThePanelWidth) {
+  // 32-row panels (AVX3).
+  // Short queries: one partial panel, then two.
+  EXPECT_EQ(ChooseTiles(OnPanels(32, Inputs(1, 100, 64))).q_block, 32);
+  EXPECT_EQ(ChooseTiles(OnPanels(32, Inputs(33, 100, 64))).q_block, 64);
+  // 2048 x 128 x 4 = 1 MiB of K + V: 4 panels of 32.
+  EXPECT_EQ(ChooseTiles(OnPanels(32, Inputs(2048, 2048, 64))).q_block, 128);
+  // d 128: 4095 x 256 x 4 = 4 MiB - 1 KiB, still 4 panels.
+  EXPECT_EQ(ChooseTiles(OnPanels(32, Inputs(8192, 4095, 128))).q_block, 128);
+  // d 128, 4096 keys = 4 MiB: 256 KiB / (32 x 256 x 4 = 32 KiB) = 8 panels.
+  EXPECT_EQ(ChooseTiles(OnPanels(32, Inputs(8192, 4096, 128))).q_block, 256);
+  // d 64, 8192 keys = 4 MiB: 256 KiB / (32 x 128 x 4 = 16 KiB) = 16 panels.
+  EXPECT_EQ(ChooseTiles(OnPanels(32, Inputs(8192, 8192, 64))).q_block, 512);
+  // d 256, 4096 keys = 8 MiB: 256 KiB / 64 KiB = 4 panels.
+  EXPECT_EQ(ChooseTiles(OnPanels(32, Inputs(8192, 4096, 256))).q_block, 128);
+  // d 512, 2048 keys = 8 MiB: 256 KiB / 128 KiB = 2, raised to 4 panels.
+  EXPECT_EQ(ChooseTiles(OnPanels(32, Inputs(8192, 2048, 512))).q_block, 128);
+  // Long keys, 40 queries: 8 panels allowed, ceil(40 / 32) = 2 needed.
+  EXPECT_EQ(ChooseTiles(OnPanels(32, Inputs(40, 8192, 128))).q_block, 64);
+
+  // 8-row panels (EMU128/SSSE3/SSE4).
+  EXPECT_EQ(ChooseTiles(OnPanels(8, Inputs(1, 100, 64))).q_block, 8);
+  EXPECT_EQ(ChooseTiles(OnPanels(8, Inputs(9, 100, 64))).q_block, 16);
+  EXPECT_EQ(ChooseTiles(OnPanels(8, Inputs(2048, 2048, 64))).q_block, 32);  // 4 x 8
+  // d 128, 4096 keys: 256 KiB / (8 x 256 x 4 = 8 KiB) = 32, capped at 16.
+  EXPECT_EQ(ChooseTiles(OnPanels(8, Inputs(8192, 4096, 128))).q_block, 128);
+  // d 512, 2048 keys: 256 KiB / (8 x 1024 x 4 = 32 KiB) = 8 panels.
+  EXPECT_EQ(ChooseTiles(OnPanels(8, Inputs(8192, 2048, 512))).q_block, 64);
+  // d 2048, 1024 keys = 16 MiB: 256 KiB / 128 KiB = 2, raised to 4 panels.
+  EXPECT_EQ(ChooseTiles(OnPanels(8, Inputs(8192, 1024, 2048))).q_block, 32);
+}
+
+// The split count follows the query blocks, which follow the panel width:
+// T_q 300, 4096 keys at d 64 (2 MiB: 4 panels), 16 threads; splits =
+// ceil(2 x 16 / blocks), at most 4096 / 256 = 16.
+TEST(ChooseTiles, SplitsFollowThePanelWidth) {
+  // P 8: blocks of 32 rows, ceil(300 / 32) = 10 blocks: ceil(32 / 10) = 4.
+  EXPECT_EQ(ChooseTiles(OnPanels(8, Inputs(300, 4096, 64, 16))).kv_splits, 4);
+  // P 16: blocks of 64, 5 blocks: ceil(32 / 5) = 7.
+  EXPECT_EQ(ChooseTiles(Inputs(300, 4096, 64, 16)).kv_splits, 7);
+  // P 32: blocks of 128, 3 blocks: ceil(32 / 3) = 11.
+  EXPECT_EQ(ChooseTiles(OnPanels(32, Inputs(300, 4096, 64, 16))).kv_splits, 11);
 }
 
 TEST(ChooseTiles, KeyBlockHalvesForWideHeads) {
@@ -81,6 +139,20 @@ TEST(ClampTiles, LimitsEveryFieldToTheProblem) {
   EXPECT_EQ(same.q_block, d.q_block);
   EXPECT_EQ(same.kv_block, d.kv_block);
   EXPECT_EQ(same.kv_splits, d.kv_splits);
+}
+
+TEST(ClampTiles, RoundsQueryRowsUpToThePanelWidth) {
+  Tiles huge;
+  huge.q_block = INT32_MAX;
+  huge.kv_block = huge.kv_splits = 1;
+  EXPECT_EQ(ClampTiles(huge, OnPanels(32, Inputs(2, 3, 8))).q_block, 32);
+  EXPECT_EQ(ClampTiles(huge, OnPanels(32, Inputs(33, 3, 8))).q_block, 64);
+  EXPECT_EQ(ClampTiles(huge, OnPanels(8, Inputs(2, 3, 8))).q_block, 8);
+  EXPECT_EQ(ClampTiles(huge, OnPanels(8, Inputs(9, 3, 8))).q_block, 16);
+  // A q_block within the rounded rows is left alone.
+  Tiles small = huge;
+  small.q_block = 40;
+  EXPECT_EQ(ClampTiles(small, OnPanels(32, Inputs(100, 3, 8))).q_block, 40);  // 128 rows
 }
 
 }  // namespace
