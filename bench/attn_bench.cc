@@ -1,5 +1,6 @@
 // attn-bench: Google Benchmark driver for the attn kernels and an OpenBLAS
 // baseline. See bench/README.md for names and counters.
+#include <CLI/CLI.hpp>
 #include <benchmark/benchmark.h>
 #include <time.h>
 
@@ -12,7 +13,6 @@
 #include <exception>
 #include <map>
 #include <random>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -33,6 +33,7 @@ struct Case {
   Kind kind = Kind::kSingle;
   std::string kernel;  // "naive", ..., "auto", or "blas"
   attn::KernelId id = attn::KernelId::kAuto;
+  bool scalar = false;  // the table's non-SIMD kernel (naive): kept small, never slowed
   int64_t T = 0;
   int64_t d = 0;
   int64_t q_heads = 1, kv_heads = 1;
@@ -72,11 +73,40 @@ struct Case {
   }
 };
 
-// FP32 FMA peak (GFLOP/s) by thread count, measured once at start-up.
+// FP32 FMA peak (GFLOP/s) by thread count, measured by EnsureProbes before
+// the first row of that thread count runs.
 std::map<int, double> g_peak_gflops;
-// Memory read bandwidth (GB/s) by thread count, measured at start-up when the
-// filter selects a decode row: decode rows report GBps / this as bw_frac.
+// Memory read bandwidth (GB/s) by thread count, measured before the first
+// decode row of that count: decode rows report GBps / this as bw_frac.
 std::map<int, double> g_read_gbps;
+
+// One probe's result for n threads, a line on stderr ("FP32 FMA peak",
+// "GFLOP/s"; "memory read bandwidth", "GB/s").
+void ReportProbe(const char* what, const char* unit, int n, const attn_bench::Peak& probe) {
+  std::fprintf(stderr, "attn-bench: %s, %d thread%s: %.1f %s (concurrent wall clock: %.1f %s)\n",
+               what, n, n == 1 ? "" : "s", probe.gflops, unit, probe.wall_gflops, unit);
+}
+
+// The probes a row needs, each run once per thread count when the first
+// row needing it runs (before its timed loop): only the thread counts of
+// the rows that run pay for probes, with no copy of --benchmark_filter's
+// rule (bench/peers/compare.py starts one attn-bench per shape and thread
+// count, and each would otherwise pay for every count's probes).
+void EnsureProbes(const Case& c) {
+  const int n = c.threads;
+  if (!g_peak_gflops.count(n)) {
+    const attn_bench::Peak peak = attn_bench::MeasurePeak(n);
+    g_peak_gflops[n] = peak.gflops;
+    ReportProbe("FP32 FMA peak", "GFLOP/s", n, peak);
+  }
+  if (c.KvBytes() > 0.0 && !g_read_gbps.count(n)) {
+    const attn_bench::Peak bw = attn_bench::MeasureReadBandwidth(n);
+    // Same time basis as the decode rows' GBps (SetCounters): CPU time at
+    // one thread, wall clock at more (the threads share the memory bus).
+    g_read_gbps[n] = n == 1 ? bw.gflops : bw.wall_gflops;
+    ReportProbe("memory read bandwidth", "GB/s", n, bw);
+  }
+}
 
 // ATTN_BENCH_SLOWDOWN=N (an integer >= 1, default 1): every attn row calls
 // attention() N times per timed iteration while its counters still count
@@ -145,6 +175,7 @@ void SetCounters(benchmark::State& state, const Case& c, const LoopClock& clock)
 }
 
 void RunCase(benchmark::State& state, const Case& c) {
+  EnsureProbes(c);
   const int64_t tq = c.QLen(), tk = c.T;
   const std::vector<float> q = RandomUniform(size_t(c.q_heads * tq * c.d), 1),
                            k = RandomUniform(size_t(c.kv_heads * tk * c.d), 2),
@@ -195,7 +226,7 @@ void RunCase(benchmark::State& state, const Case& c) {
   options.kernel = c.id;
   options.threads = c.threads;
 
-  const int repeat = c.id == attn::KernelId::kNaive ? 1 : g_slowdown;
+  const int repeat = c.scalar ? 1 : g_slowdown;
   const LoopClock clock;
   for (auto _ : state) {
     try {
@@ -214,21 +245,17 @@ void RunCase(benchmark::State& state, const Case& c) {
 // comma-separated list in ATTN_BENCH_THREADS (e.g. "1,16" on a 16-core host;
 // the names carry the count, so the default rows keep their names).
 std::vector<int> MultiThreadCounts() {
-  std::vector<int> counts;
   const char* env = std::getenv("ATTN_BENCH_THREADS");
   if (env == nullptr || *env == '\0') return {1, 2};
-  std::string list = env;
-  size_t start = 0;
-  while (start <= list.size()) {
-    const size_t comma = std::min(list.find(',', start), list.size());
-    const int n = std::atoi(list.substr(start, comma - start).c_str());
-    if (n < 1) {
+  std::vector<int> counts;
+  for (const std::string& item : CLI::detail::split(env, ',')) {
+    int n = 0;
+    if (!CLI::detail::lexical_cast(item, n) || n < 1) {
       std::fprintf(stderr, "attn-bench: ATTN_BENCH_THREADS must list integers >= 1, got '%s'\n",
                    env);
       std::exit(1);
     }
     counts.push_back(n);
-    start = comma + 1;
   }
   return counts;
 }
@@ -241,25 +268,28 @@ std::vector<Case> DefaultCases() {
     const char* name;
     attn::KernelId id;
     std::vector<int> threads;
-    int64_t max_T;
+    bool scalar;
   };
-  const std::vector<Kernel> kernels = {
-      {"naive", attn::KernelId::kNaive, {1}, 2048},  // scalar: slow, T <= 2048
-      {"blocked", attn::KernelId::kBlocked, {1}, 1 << 30},
-      {"streaming", attn::KernelId::kStreaming, {1}, 1 << 30},
-      {"parallel", attn::KernelId::kParallel, multi, 1 << 30},
-      {"auto", attn::KernelId::kAuto, multi, 1 << 30},
-  };
+  // Every kernel of the table, simplest first (the table lists the fastest
+  // first), then auto; threaded ones at every thread count.
+  std::vector<Kernel> kernels;
+  for (auto k = attn::Kernels().rbegin(); k != attn::Kernels().rend(); ++k) {
+    kernels.push_back({k->name, k->id, k->threaded ? multi : std::vector<int>{1}, !k->simd});
+  }
+  kernels.push_back({"auto", attn::KernelId::kAuto, multi, false});
   std::vector<Case> cases;
   auto add_single = [&](const Kernel& kern) {
     for (int64_t T : kT) {
-      if (T > kern.max_T) continue;
+      if (kern.scalar && T > 2048) continue;  // scalar: slow
       for (int64_t d : kD) {
         for (bool causal : {false, true}) {
           for (int threads : kern.threads) {
             Case c;
             c.kernel = kern.name;
             c.id = kern.id;
+        c.scalar = kern.scalar;
+          c.scalar = kern.scalar;
+            c.scalar = kern.scalar;
             c.T = T;
             c.d = d;
             c.causal = causal;
@@ -277,7 +307,7 @@ std::vector<Case> DefaultCases() {
   // No naive prefill rows (scalar, ~35 GFLOP per call at T = 2048).
   for (const Kernel& kern : kernels) {
     for (Case::Kind kind : {Case::Kind::kGqa, Case::Kind::kDecode}) {
-      if (kind == Case::Kind::kGqa && kern.id == attn::KernelId::kNaive) continue;
+      if (kind == Case::Kind::kGqa && kern.scalar) continue;
       const std::vector<int64_t> lengths =
           kind == Case::Kind::kGqa ? std::vector<int64_t>{512, 2048}
                                    : std::vector<int64_t>{4096, 32768};
@@ -287,6 +317,8 @@ std::vector<Case> DefaultCases() {
           c.kind = kind;
           c.kernel = kern.name;
           c.id = kern.id;
+        c.scalar = kern.scalar;
+          c.scalar = kern.scalar;
           c.T = T;
           c.d = 128;
           c.q_heads = 32;
@@ -313,6 +345,9 @@ std::vector<Case> DefaultCases() {
             c.kind = Case::Kind::kMultiHead;
             c.kernel = kern.name;
             c.id = kern.id;
+        c.scalar = kern.scalar;
+          c.scalar = kern.scalar;
+            c.scalar = kern.scalar;
             c.T = T;
             c.d = d;
             c.q_heads = c.kv_heads = kHeads;
@@ -331,6 +366,7 @@ std::vector<Case> DefaultCases() {
         c.kind = Case::Kind::kDecode;
         c.kernel = kern.name;
         c.id = kern.id;
+        c.scalar = kern.scalar;
         c.T = T;
         c.d = 128;
         c.q_heads = c.kv_heads = kHeads;
@@ -340,57 +376,17 @@ std::vector<Case> DefaultCases() {
     }
   };
   for (const Kernel& kern : kernels) {
-    add_multi_head(kern, kern.id == attn::KernelId::kNaive ? 512 : 1 << 30);
+    add_multi_head(kern, kern.scalar ? 512 : 1 << 30);
     add_decode_mh(kern);
   }
 #ifdef ATTN_BENCH_HAVE_BLAS
   // Last, so OpenBLAS's worker threads never idle-spin during attn cases.
-  const Kernel blas = {"blas", attn::KernelId::kAuto, multi, 1 << 30};
+  const Kernel blas = {"blas", attn::KernelId::kAuto, multi, false};
   add_single(blas);
   add_multi_head(blas, 1 << 30);
   add_decode_mh(blas);
 #endif
   return cases;
-}
-
-// A figure in the JSON context, two decimals.
-void AddContextFigure(const std::string& key, double value) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.2f", value);
-  benchmark::AddCustomContext(key, text);
-}
-
-// The cases that --benchmark_filter selects, by Google Benchmark's rule: an
-// extended regex searched in the name, "" or "all" for every case, a leading
-// '-' for the complement. The probes run only for these cases' thread counts
-// (one attn-bench process per shape in bench/peers/compare.py would otherwise
-// pay for every thread count's peak and bandwidth probe). A filter this
-// cannot parse selects every case; Google Benchmark then reports it.
-std::vector<Case> SelectedCases(const std::vector<Case>& cases, std::string filter) {
-  if (filter.empty() || filter == "all") return cases;
-  const bool negate = filter[0] == '-';
-  if (negate) filter.erase(0, 1);
-  std::regex pattern;
-  try {
-    pattern = std::regex(filter, std::regex::extended);
-  } catch (const std::regex_error&) {
-    return cases;
-  }
-  std::vector<Case> selected;
-  for (const Case& c : cases) {
-    if (std::regex_search(c.Name(), pattern) != negate) selected.push_back(c);
-  }
-  return selected;
-}
-
-// One start-up probe's result for n threads: a line on stderr ("FP32 FMA
-// peak", "GFLOP/s"; "memory read bandwidth", "GB/s") and the figure in the
-// JSON context under context_key.
-void ReportProbe(const char* what, const char* unit, int n, const attn_bench::Peak& probe,
-                 const std::string& context_key) {
-  std::fprintf(stderr, "attn-bench: %s, %d thread%s: %.1f %s (concurrent wall clock: %.1f %s)\n",
-               what, n, n == 1 ? "" : "s", probe.gflops, unit, probe.wall_gflops, unit);
-  AddContextFigure(context_key, probe.gflops);
 }
 
 bool HasFlag(int argc, char** argv, const char* prefix) {
@@ -448,36 +444,10 @@ int main(int argc, char** argv) {
   if (!list_only) {
     // Applies ATTN_TARGET first, so the probe dispatches like the kernels.
     const std::string target = attn::CurrentTarget();
-    const std::vector<Case> selected = SelectedCases(cases, benchmark::GetBenchmarkFilter());
-    std::map<int, bool> wanted;
-    for (const Case& c : selected) wanted[c.threads] = true;
-    std::map<int, attn_bench::Peak> peaks;
-    for (const auto& w : wanted) {
-      peaks[w.first] = attn_bench::MeasurePeak(w.first);
-      g_peak_gflops[w.first] = peaks[w.first].gflops;
-    }
-    std::map<int, bool> decode_threads;
-    for (const Case& c : selected) {
-      if (c.KvBytes() > 0.0) decode_threads[c.threads] = true;
-    }
-    for (const auto& w : decode_threads) {
-      const attn_bench::Peak bw = attn_bench::MeasureReadBandwidth(w.first);
-      // Same time basis as the decode rows' GBps (SetCounters): CPU time at
-      // one thread, wall clock at more (the threads share the memory bus).
-      g_read_gbps[w.first] = w.first == 1 ? bw.gflops : bw.wall_gflops;
-      ReportProbe("memory read bandwidth", "GB/s", w.first, bw,
-                  "read_gbps_threads_" + std::to_string(w.first));
-    }
     const size_t lanes = attn_bench::PeakProbeLanes();
     std::fprintf(stderr, "attn-bench: SIMD target %s (%zu float lanes)\n", target.c_str(), lanes);
     benchmark::AddCustomContext("attn_target", target);
     benchmark::AddCustomContext("peak_probe_lanes", std::to_string(lanes));
-    for (const auto& pk : peaks) {
-      const int n = pk.first;
-      ReportProbe("FP32 FMA peak", "GFLOP/s", n, pk.second,
-                  "peak_gflops_threads_" + std::to_string(n));
-      AddContextFigure("peak_wall_gflops_threads_" + std::to_string(n), pk.second.wall_gflops);
-    }
   }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -74,13 +74,12 @@ int64_t PeakResidentBytes() {
 }
 
 attn::KernelId ParseKernel(const std::string& name) {
-  if (name == "naive") return attn::KernelId::kNaive;
-  if (name == "blocked") return attn::KernelId::kBlocked;
-  if (name == "streaming") return attn::KernelId::kStreaming;
-  if (name == "parallel") return attn::KernelId::kParallel;
-  if (name == "auto") return attn::KernelId::kAuto;
-  std::fprintf(stderr, "attn-scaling: unknown kernel %s\n", name.c_str());
-  std::exit(2);
+  try {
+    return attn::ParseKernel(name);
+  } catch (const attn::Error& e) {
+    std::fprintf(stderr, "attn-scaling: %s\n", e.what());
+    std::exit(2);
+  }
 }
 
 struct Result {

@@ -3,13 +3,12 @@
 #include <string>
 
 #include "attn/attn.h"
-#include "dispatch/registry.h"
+#include "dispatch/kernel_table.h"
 #include "dispatch/targets.h"
 #include "dispatch/tiles.h"
 #include "dispatch/tuning.h"
 #include "dispatch/validate.h"
-#include "kernels/naive/naive.h"
-#include "kernels/streaming/streaming.h"
+#include "kernels/kernel.h"
 
 namespace attn {
 
@@ -35,25 +34,20 @@ void attention(const Problem& p, const Options& options) {
   KernelId kernel = options.kernel;
   if (kernel == KernelId::kAuto) {
     // The tuning table's entry (or bucket) for the shape, else the default rule.
-    const AutoChoice choice = internal::ChooseAuto(in, p.causal, options.tiles);
+    const AutoChoice choice = internal::ChooseAuto(p, in, options.tiles);
     kernel = choice.kernel;
     config.tiles = choice.tiles;
   } else {
     config.tiles = internal::ResolveTiles(options.tiles, in);
   }
-  if (kernel == KernelId::kNaive &&
-      internal::NaiveScratchBytes(p.q_len, p.kv_len) > internal::kNaiveMaxScratchBytes) {
-    throw Error("kernel", "naive",
-                "attn: kernel naive would materialise " + std::to_string(p.q_len) + " x " +
-                    std::to_string(p.kv_len) + " scores (over " +
-                    std::to_string(internal::kNaiveMaxScratchBytes >> 20) +
-                    " MiB); use streaming or auto, got naive");
-  }
+  // The first row of the table for this kernel that takes the problem
+  // (throws, naming the kernel and why, when none does).
+  const internal::KernelImpl& impl = internal::ImplFor(kernel, p);
   config.tiles = internal::ClampTiles(config.tiles, in);
-  if (kernel != KernelId::kParallel) config.threads = 1;
+  if (!impl.info.threaded) config.threads = 1;
 
   try {
-    internal::FindKernel(kernel).run(p, config);
+    impl.run(p, config);
   } catch (const std::bad_alloc&) {
     throw Error("memory", "exhausted",
                 std::string("attn: kernel ") + KernelName(kernel) +

@@ -12,6 +12,7 @@
 
 #include "attn/attn.h"
 #include "attn/tuning.h"
+#include "dispatch/kernel_table.h"
 
 namespace {
 
@@ -109,9 +110,9 @@ attn_status_t attn_attention(const attn_problem_t* cp, const attn_options_t* co)
   attn_options_t defaults;
   attn_options_init(&defaults);
   const attn_options_t& o = co != nullptr ? *co : defaults;
-  const long long kernel = RawEnum(o.kernel);
-  if (kernel < ATTN_KERNEL_AUTO || kernel > ATTN_KERNEL_PARALLEL) {
-    return InvalidField("kernel", kernel, "must be 0..4 (attn_kernel_t)");
+  attn::KernelId kernel;
+  if (!attn::internal::KernelFromC(RawEnum(o.kernel), &kernel)) {
+    return InvalidField("kernel", RawEnum(o.kernel), "must name a kernel (attn_kernel_t)");
   }
   return Guard([&] {
     attn::Problem p;
@@ -135,11 +136,7 @@ attn_status_t attn_attention(const attn_problem_t* cp, const attn_options_t* co)
     p.lse = {cp->lse.data, cp->lse.batch_stride, cp->lse.head_stride, cp->lse.row_stride};
 
     attn::Options opt;
-    static constexpr attn::KernelId kKernel[] = {attn::KernelId::kAuto, attn::KernelId::kNaive,
-                                                 attn::KernelId::kBlocked,
-                                                 attn::KernelId::kStreaming,
-                                                 attn::KernelId::kParallel};
-    opt.kernel = kKernel[kernel];
+    opt.kernel = kernel;
     opt.threads = o.threads;
     opt.tiles.q_block = o.q_block;
     opt.tiles.kv_block = o.kv_block;

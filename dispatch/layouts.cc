@@ -23,24 +23,4 @@ float Problem::Scale() const {
   return scale ? *scale : float(1.0 / std::sqrt(double(head_dim)));
 }
 
-const char* KernelName(KernelId id) {
-  switch (id) {
-    case KernelId::kAuto: return "auto";
-    case KernelId::kNaive: return "naive";
-    case KernelId::kBlocked: return "blocked";
-    case KernelId::kStreaming: return "streaming";
-    case KernelId::kParallel: return "parallel";
-  }
-  return "unknown";
-}
-
-KernelId ParseKernel(const std::string& name) {
-  for (KernelId id : {KernelId::kAuto, KernelId::kNaive, KernelId::kBlocked,
-                      KernelId::kStreaming, KernelId::kParallel}) {
-    if (name == KernelName(id)) return id;
-  }
-  throw Error("kernel", name,
-              "attn: kernel must be one of auto, naive, blocked, streaming, parallel, got " + name);
-}
-
 }  // namespace attn

@@ -1,8 +1,29 @@
 #include "dispatch/tiles.h"
 
+#include <omp.h>
+
 #include <algorithm>
 
+#include "kernels/kernel.h"
+
 namespace attn::internal {
+
+int ResolveThreads(int requested) {
+  return requested > 0 ? requested : omp_in_parallel() ? 1 : omp_get_max_threads();
+}
+
+TileInputs TileInputsFor(const Problem& p, int threads) {
+  TileInputs in;
+  in.q_len = p.q_len;
+  in.kv_len = p.kv_len;
+  in.head_dim = p.head_dim;
+  in.value_dim = p.ValueDim();
+  // Independent work items: grouped-query decode runs one view per kv head.
+  in.heads = WorkItems(p);
+  in.panel_width = PanelWidth();
+  in.threads = threads;
+  return in;
+}
 
 Tiles ChooseTiles(const TileInputs& in) {
   Tiles t;

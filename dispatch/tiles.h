@@ -15,6 +15,12 @@ struct TileInputs {
   int threads = 1;
 };
 
+// The thread count attention() uses for Options::threads == requested
+// (0: OpenMP's default; 1 inside a parallel region).
+int ResolveThreads(int requested);
+// The tile rule's inputs for a problem run with `threads` threads.
+TileInputs TileInputsFor(const Problem& problem, int threads);
+
 // Default tiles for a shape: every field > 0.
 Tiles ChooseTiles(const TileInputs& in);
 // `requested` with its zero fields filled from ChooseTiles(in).

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace attn::internal {
 
@@ -18,81 +19,110 @@ void RequirePositive(const char* field, int64_t value) {
   if (value < 1) Fail(field, Str(value), "must be >= 1");
 }
 
-namespace {
-
-void RequireNonNegative(const std::string& field, int64_t value) {
-  if (value < 0) Fail(field, Str(value), "must be >= 0");
-}
-
-// One dimension of a strided tensor: extent and element stride.
-struct Dim {
-  int64_t extent;
-  int64_t stride;
-};
-
-// Index of the last element + 1 (in elements), with overflow detection.
-// Returns false on overflow.
-bool SpanElements(const Dim* dims, int n, int64_t* span) {
-  int64_t last = 0;
+bool StridedView::SameAs(const StridedView& o) const {
+  if (data != o.data || n != o.n) return false;
   for (int i = 0; i < n; ++i) {
-    int64_t offset;
-    if (__builtin_mul_overflow(dims[i].extent - 1, dims[i].stride, &offset) ||
-        __builtin_add_overflow(last, offset, &last)) {
-      return false;
-    }
-  }
-  int64_t bytes;
-  if (__builtin_add_overflow(last, int64_t{1}, span) ||
-      __builtin_mul_overflow(*span, int64_t{sizeof(float)}, &bytes)) {
-    return false;
+    if (extent[i] != o.extent[i]) return false;
+    if (extent[i] > 1 && stride[i] != o.stride[i]) return false;
   }
   return true;
 }
 
+namespace {
+
+std::string StridesText(const StridedView& v) {
+  std::string text = "strides (";
+  for (int i = 0; i < v.named_strides; ++i) text += (i ? "," : "") + Str(v.stride[i]);
+  return text + ")";
+}
+
 // True when distinct indices of the tensor can map to the same element:
 // sorted by stride, every stride must exceed the span of the inner dims.
-bool SelfOverlaps(Dim* dims, int n) {
-  std::sort(dims, dims + n, [](const Dim& a, const Dim& b) { return a.stride < b.stride; });
+bool SelfOverlaps(const StridedView& v) {
+  int order[4] = {0, 1, 2, 3};
+  const int n = std::min(v.n, 4);
+  for (int i = 1; i < n; ++i) {  // insertion sort of at most 4 dims by stride
+    for (int j = i; j > 0 && v.stride[order[j]] < v.stride[order[j - 1]]; --j) {
+      std::swap(order[j], order[j - 1]);
+    }
+  }
   int64_t inner_span = 1;  // elements covered by the dims placed so far
   for (int i = 0; i < n; ++i) {
-    if (dims[i].extent == 1) continue;
-    if (dims[i].stride < inner_span) return true;
-    inner_span = dims[i].stride * (dims[i].extent - 1) + inner_span;
+    const int d = order[i];
+    if (v.extent[d] == 1) continue;
+    if (v.stride[d] < inner_span) return true;
+    inner_span = v.stride[d] * (v.extent[d] - 1) + inner_span;
   }
   return false;
 }
 
-struct Range {
-  const char* name;
-  uintptr_t begin, end;  // bytes
-};
+}  // namespace
 
-bool Overlap(const Range& a, const Range& b) { return a.begin < b.end && b.begin < a.end; }
-
-// Validates the strides of one tensor and returns its byte range.
-Range CheckTensor(const char* name, const void* data, int64_t batch, int64_t heads,
-                  int64_t rows, int64_t cols, int64_t batch_stride,
-                  int64_t head_stride, int64_t row_stride) {
-  const std::string n = name;
-  if (data == nullptr) Fail(n + ".data", "null", "must not be null");
-  RequireNonNegative(n + ".batch_stride", batch_stride);
-  RequireNonNegative(n + ".head_stride", head_stride);
-  RequireNonNegative(n + ".row_stride", row_stride);
-  if (rows > 1 && row_stride < cols) {
-    Fail(n + ".row_stride", Str(row_stride),
-         "must be >= the row length " + Str(cols) + " (rows are contiguous)");
+StridedView CheckStrides(const std::string& name, const void* data, int n, const int64_t* extents,
+                         const int64_t* strides, const char* const* stride_names) {
+  StridedView v;
+  v.name = name;
+  v.data = data;
+  v.n = n;
+  for (int i = 0; i < n; ++i) {
+    if (stride_names[i] && strides[i] < 0) {
+      Fail(name + stride_names[i], Str(strides[i]), "must be >= 0");
+    }
+    v.extent[i] = extents[i];
+    v.stride[i] = strides[i];
+    if (stride_names[i]) v.named_strides = i + 1;
   }
-  const Dim dims[4] = {{batch, batch_stride}, {heads, head_stride}, {rows, row_stride}, {cols, 1}};
-  int64_t span;
-  if (!SpanElements(dims, 4, &span)) {
-    Fail(n, "[" + Str(batch) + "," + Str(heads) + "," + Str(rows) + "," + Str(cols) + "]",
-         "spans more bytes than fit in 64 bits");
+  // Index of the last element + 1, in elements, then in bytes.
+  int64_t last = 0, bytes = 0;
+  bool overflow = false;
+  for (int i = 0; i < n && !overflow; ++i) {
+    int64_t offset;
+    overflow = __builtin_mul_overflow(extents[i] - 1, strides[i], &offset) ||
+               __builtin_add_overflow(last, offset, &last);
   }
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(data);
-  return Range{name, begin, begin + uintptr_t(span) * sizeof(float)};
+  overflow = overflow || __builtin_add_overflow(last, int64_t{1}, &last) ||
+             __builtin_mul_overflow(last, int64_t{sizeof(float)}, &bytes);
+  if (overflow) {
+    std::string shape = "[";
+    for (int i = 0; i < n; ++i) shape += (i ? "," : "") + Str(extents[i]);
+    Fail(name, shape + "] with " + StridesText(v), "spans more bytes than fit in 64 bits");
+  }
+  v.begin = reinterpret_cast<uintptr_t>(data);
+  v.end = v.begin + uintptr_t(bytes);
+  return v;
 }
 
-}  // namespace
+StridedView CheckRowTensor(const std::string& name, const void* data, int64_t batch,
+                           int64_t heads, int64_t rows, int64_t cols, int64_t batch_stride,
+                           int64_t head_stride, int64_t row_stride) {
+  if (data == nullptr) Fail(name + ".data", "null", "must not be null");
+  static const char* const kNames[4] = {".batch_stride", ".head_stride", ".row_stride", nullptr};
+  const int64_t extents[4] = {batch, heads, rows, cols};
+  const int64_t strides[4] = {batch_stride, head_stride, row_stride, 1};
+  for (int i = 0; i < 3; ++i) {
+    if (strides[i] < 0) Fail(name + kNames[i], Str(strides[i]), "must be >= 0");
+  }
+  if (cols > 0 && rows > 1 && row_stride < cols) {
+    Fail(name + ".row_stride", Str(row_stride),
+         "must be >= the row length " + Str(cols) + " (rows are contiguous)");
+  }
+  return CheckStrides(name, data, cols > 0 ? 4 : 3, extents, strides, kNames);
+}
+
+void RequireNoSelfOverlap(const StridedView& v, const char* what) {
+  if (SelfOverlaps(v)) {
+    Fail(v.name, StridesText(v), std::string("must not map two ") + what + " to one element");
+  }
+}
+
+void RequireDisjoint(const StridedView& output, const StridedView& input, bool alias_ok) {
+  if (alias_ok && output.SameAs(input)) return;
+  if (output.Overlaps(input)) {
+    Fail(output.name, "memory overlapping " + input.name,
+         alias_ok ? "must be exactly the same tensor (data and strides) or not overlap it"
+                  : "must not overlap any other tensor");
+  }
+}
 
 void Validate(const Problem& p) {
   RequirePositive("batch", p.batch);
@@ -108,74 +138,44 @@ void Validate(const Problem& p) {
   const int64_t dv = p.ValueDim();
   if (p.scale && !std::isfinite(*p.scale)) Fail("scale", Str(*p.scale), "must be finite");
 
-  const Range q = CheckTensor("q", p.q.data, p.batch, p.q_heads, p.q_len, p.head_dim,
-                              p.q.batch_stride, p.q.head_stride, p.q.row_stride);
-  const Range k = CheckTensor("k", p.k.data, p.batch, p.kv_heads, p.kv_len, p.head_dim,
-                              p.k.batch_stride, p.k.head_stride, p.k.row_stride);
-  const Range v = CheckTensor("v", p.v.data, p.batch, p.kv_heads, p.kv_len, dv,
-                              p.v.batch_stride, p.v.head_stride, p.v.row_stride);
-  const Range out = CheckTensor("out", p.out.data, p.batch, p.q_heads, p.q_len, dv,
-                                p.out.batch_stride, p.out.head_stride, p.out.row_stride);
-  {
-    Dim dims[4] = {{p.batch, p.out.batch_stride}, {p.q_heads, p.out.head_stride},
-                   {p.q_len, p.out.row_stride}, {dv, 1}};
-    if (SelfOverlaps(dims, 4)) {
-      Fail("out", "strides (" + Str(p.out.batch_stride) + "," + Str(p.out.head_stride) + "," +
-                      Str(p.out.row_stride) + ")",
-           "must not map two outputs to one element");
-    }
-  }
+  const StridedView q = CheckRowTensor("q", p.q.data, p.batch, p.q_heads, p.q_len, p.head_dim,
+                                       p.q.batch_stride, p.q.head_stride, p.q.row_stride);
+  const StridedView k = CheckRowTensor("k", p.k.data, p.batch, p.kv_heads, p.kv_len, p.head_dim,
+                                       p.k.batch_stride, p.k.head_stride, p.k.row_stride);
+  const StridedView v = CheckRowTensor("v", p.v.data, p.batch, p.kv_heads, p.kv_len, dv,
+                                       p.v.batch_stride, p.v.head_stride, p.v.row_stride);
+  const StridedView out = CheckRowTensor("out", p.out.data, p.batch, p.q_heads, p.q_len, dv,
+                                         p.out.batch_stride, p.out.head_stride, p.out.row_stride);
+  RequireNoSelfOverlap(out, "outputs");
 
-  Range ranges[6] = {q, k, v, out};
-  int n_ranges = 4;
+  std::vector<StridedView> inputs = {q, k, v};
   if (p.mask.data) {
-    RequireNonNegative("mask.batch_stride", p.mask.batch_stride);
-    RequireNonNegative("mask.head_stride", p.mask.head_stride);
-    RequireNonNegative("mask.row_stride", p.mask.row_stride);
-    RequireNonNegative("mask.col_stride", p.mask.col_stride);
-    const Dim dims[4] = {{p.batch, p.mask.batch_stride}, {p.q_heads, p.mask.head_stride},
-                         {p.q_len, p.mask.row_stride}, {p.kv_len, p.mask.col_stride}};
-    int64_t span;
-    if (!SpanElements(dims, 4, &span)) Fail("mask", "strides", "span more bytes than fit in 64 bits");
-    const uintptr_t begin = reinterpret_cast<uintptr_t>(p.mask.data);
-    ranges[n_ranges++] = Range{"mask", begin, begin + uintptr_t(span) * sizeof(float)};
-  }
-  if (p.lse.data) {
-    RequireNonNegative("lse.batch_stride", p.lse.batch_stride);
-    RequireNonNegative("lse.head_stride", p.lse.head_stride);
-    RequireNonNegative("lse.row_stride", p.lse.row_stride);
-    Dim dims[3] = {{p.batch, p.lse.batch_stride}, {p.q_heads, p.lse.head_stride},
-                   {p.q_len, p.lse.row_stride}};
-    int64_t span;
-    if (!SpanElements(dims, 3, &span)) Fail("lse", "strides", "span more bytes than fit in 64 bits");
-    if (SelfOverlaps(dims, 3)) {
-      Fail("lse", "strides (" + Str(p.lse.batch_stride) + "," + Str(p.lse.head_stride) + "," +
-                      Str(p.lse.row_stride) + ")",
-           "must not map two rows to one element");
-    }
-    const uintptr_t begin = reinterpret_cast<uintptr_t>(p.lse.data);
-    ranges[n_ranges++] = Range{"lse", begin, begin + uintptr_t(span) * sizeof(float)};
+    static const char* const kNames[4] = {".batch_stride", ".head_stride", ".row_stride",
+                                          ".col_stride"};
+    const int64_t extents[4] = {p.batch, p.q_heads, p.q_len, p.kv_len};
+    const int64_t strides[4] = {p.mask.batch_stride, p.mask.head_stride, p.mask.row_stride,
+                                p.mask.col_stride};
+    inputs.push_back(CheckStrides("mask", p.mask.data, 4, extents, strides, kNames));
   }
   // Outputs may not overlap any input or each other: the kernels read inputs
   // after writing outputs, so an alias would silently corrupt the result.
-  for (int w = 3; w < n_ranges; ++w) {
-    const bool writable = w == 3 || std::string(ranges[w].name) == "lse";
-    if (!writable) continue;
-    for (int r = 0; r < n_ranges; ++r) {
-      if (r == w) continue;
-      if (Overlap(ranges[w], ranges[r])) {
-        Fail(ranges[w].name, "memory overlapping " + std::string(ranges[r].name),
-             "must not overlap any other tensor");
-      }
-    }
+  if (p.lse.data) {
+    const StridedView lse = CheckRowTensor("lse", p.lse.data, p.batch, p.q_heads, p.q_len, 0,
+                                           p.lse.batch_stride, p.lse.head_stride,
+                                           p.lse.row_stride);
+    RequireNoSelfOverlap(lse, "rows");
+    for (const StridedView& in : inputs) RequireDisjoint(out, in, false);
+    RequireDisjoint(out, lse, false);
+    for (const StridedView& in : inputs) RequireDisjoint(lse, in, false);
+  } else {
+    for (const StridedView& in : inputs) RequireDisjoint(out, in, false);
   }
 }
 
 void ValidateOptions(const Options& o) {
-  const int kernel = static_cast<int>(o.kernel);
-  if (kernel < static_cast<int>(KernelId::kAuto) || kernel > static_cast<int>(KernelId::kParallel)) {
-    Fail("kernel", Str(kernel), "must name a kernel");
-  }
+  bool known = o.kernel == KernelId::kAuto;
+  for (const KernelInfo& k : Kernels()) known = known || k.id == o.kernel;
+  if (!known) Fail("kernel", Str(static_cast<int>(o.kernel)), "must name a kernel");
   if (o.threads < 0) Fail("threads", Str(o.threads), "must be >= 0 (0 = OpenMP default)");
   if (o.tiles.q_block < 0) Fail("tiles.q_block", Str(o.tiles.q_block), "must be >= 0");
   if (o.tiles.kv_block < 0) Fail("tiles.kv_block", Str(o.tiles.kv_block), "must be >= 0");

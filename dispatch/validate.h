@@ -20,6 +20,40 @@ std::string Str(T value) {
                        const std::string& why);
 void RequirePositive(const char* field, int64_t value);
 
+// One strided float tensor of up to 4 dims, as validated: its element
+// mapping and the byte range it covers. The one checker of strided tensors
+// (attention()'s Problem and MergeAttention's MergeProblem).
+struct StridedView {
+  std::string name;
+  const void* data = nullptr;
+  int n = 0;
+  int64_t extent[4] = {}, stride[4] = {};
+  int named_strides = 0;         // strides the caller set (not a row's implicit 1)
+  uintptr_t begin = 0, end = 0;  // bytes
+
+  // Same element mapping: same pointer and the same stride in every dim
+  // that has more than one index.
+  bool SameAs(const StridedView& o) const;
+  bool Overlaps(const StridedView& o) const { return begin < o.end && o.begin < end; }
+};
+
+// Checks `n` (extent, stride) dims: every stride >= 0 (named name +
+// stride_names[i]; the innermost may be the implicit 1 of a contiguous row,
+// named nullptr), and that the span in bytes fits in 64 bits.
+StridedView CheckStrides(const std::string& name, const void* data, int n, const int64_t* extents,
+                         const int64_t* strides, const char* const* stride_names);
+// A [batch, heads, rows, cols] tensor with contiguous rows (row_stride >=
+// cols when rows > 1), or with cols == 0 a [batch, heads, rows] tensor of
+// one float per row (lse). `data` must not be null.
+StridedView CheckRowTensor(const std::string& name, const void* data, int64_t batch,
+                           int64_t heads, int64_t rows, int64_t cols, int64_t batch_stride,
+                           int64_t head_stride, int64_t row_stride);
+// Fails when two indices of an output map to one element ("outputs", "rows").
+void RequireNoSelfOverlap(const StridedView& v, const char* what);
+// Fails when `output` overlaps `input`; with `alias_ok` it may instead be
+// exactly the same tensor (in-place accumulation).
+void RequireDisjoint(const StridedView& output, const StridedView& input, bool alias_ok);
+
 // Throws attn::Error naming the first invalid field of the problem or the
 // options. Reads no tensor data and writes nothing.
 void Validate(const Problem& problem);

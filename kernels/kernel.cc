@@ -85,4 +85,6 @@ HeadView HeadViews::operator[](int64_t index) const {
   return view;
 }
 
+int64_t WorkItems(const Problem& problem) { return HeadViews(problem).size(); }
+
 }  // namespace attn::internal

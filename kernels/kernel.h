@@ -79,4 +79,14 @@ struct RunConfig {
 // Every kernel: computes the whole (validated) problem.
 using KernelFn = void (*)(const Problem& problem, const RunConfig& config);
 
+// The independent units of work of a problem (HeadViews(problem).size():
+// one per (batch, query head), or per kv head for grouped-query decode),
+// which the tile rule's split-KV divides among threads.
+int64_t WorkItems(const Problem& problem);
+
+// Query rows per panel of the SIMD kernels on the current target (two
+// vectors of floats: 8 on SSE4/EMU128, 16 on AVX2, 32 on AVX-512): the unit
+// of the tile rule's q_block (kernels/common/panel_width.cc).
+int PanelWidth();
+
 }  // namespace attn::internal

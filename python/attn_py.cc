@@ -271,8 +271,8 @@ array are read in place) as long as the last dimension is contiguous.
 causal: False/'none', True/'bottom_right' (query i sees keys up to
 Tk - Tq + i: the KV-cache alignment), or 'top_left' (PyTorch's is_causal).
 scale: default 1/sqrt(d). mask: additive float32, broadcastable to
-(batch, heads, Tq, Tk); -inf hides a key. kernel: 'auto', 'naive',
-'blocked', 'streaming' or 'parallel'. threads: 0 = OpenMP's default.
+(batch, heads, Tq, Tk); -inf hides a key. kernel: 'auto' or a name of
+attn.kernels() (fastest first). threads: 0 = OpenMP's default.
 out: optional float32 array of the output's shape to write into.
 
 Returns out, or (out, lse) with return_lse=True (lse: (..., Tq), the natural
@@ -325,6 +325,15 @@ the bad field and value; TypeError for a non-float32 array.)");
   m.def("current_target", &attn::CurrentTarget, "The SIMD target the kernels use now.");
   m.def("force_target", &attn::ForceTarget, "name"_a,
         "Forces a SIMD target for the process ('' or 'auto': the best supported).");
+  m.def(
+      "kernels",
+      [] {
+        nb::list names;
+        for (const attn::KernelInfo& k : attn::Kernels()) names.append(k.name);
+        return names;
+      },
+      "The kernels' names, in the kernel table's order (fastest first; 'naive', the simple "
+      "reference, last). 'auto' is not one: it picks among them.");
   m.attr("CAUSAL_MODES") = nb::make_tuple(CausalName(attn::Causal::kNone),
                                           CausalName(attn::Causal::kBottomRight),
                                           CausalName(attn::Causal::kTopLeft));

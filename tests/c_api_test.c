@@ -128,7 +128,7 @@ static void test_invalid_field(void) {
   o.kernel = (attn_kernel_t)9;
   p = make_problem();
   CHECK(attn_attention(&p, &o) == ATTN_INVALID_ARGUMENT, "kernel 9 accepted");
-  CHECK(strcmp(attn_last_error(), "attn: kernel must be 0..4 (attn_kernel_t), got 9") == 0,
+  CHECK(strcmp(attn_last_error(), "attn: kernel must name a kernel (attn_kernel_t), got 9") == 0,
         "message: %s", attn_last_error());
 
   CHECK(attn_attention(NULL, NULL) == ATTN_INVALID_ARGUMENT, "null problem accepted");

@@ -28,32 +28,6 @@
 namespace attn::test {
 namespace {
 
-struct Variant {
-  std::string name;
-  Options options;
-};
-
-std::vector<Variant> Variants() {
-  std::vector<Variant> v;
-  auto add = [&](const std::string& name, KernelId k, int threads, Tiles t) {
-    Options o;
-    o.kernel = k;
-    o.threads = threads;
-    o.tiles = t;
-    v.push_back({name, o});
-  };
-  add("naive", KernelId::kNaive, 1, {});
-  add("blocked", KernelId::kBlocked, 1, {});
-  add("streaming", KernelId::kStreaming, 1, {});
-  add("streaming/ragged", KernelId::kStreaming, 1, {1, 7, 0});
-  add("parallel/t1", KernelId::kParallel, 1, {});
-  add("parallel/t2", KernelId::kParallel, 2, {});           // OpenMP inside
-  add("parallel/t2/split3", KernelId::kParallel, 2, {0, 0, 3});
-  add("auto/t1", KernelId::kAuto, 1, {});
-  add("auto/t2", KernelId::kAuto, 2, {});
-  return v;
-}
-
 // A few problem shapes: prefill, decode (split-KV), GQA with a mask.
 std::vector<Shape> Shapes() {
   std::vector<Shape> shapes;
@@ -91,7 +65,7 @@ std::vector<Shape> Shapes() {
 // at a time before any thread starts.
 struct Fixture {
   std::vector<OwnedProblem> problems;
-  std::vector<Variant> variants = Variants();
+  std::vector<Variant> variants = KernelVariants();
   std::vector<std::vector<std::vector<float>>> expected;  // [shape][variant]
 
   Fixture() {

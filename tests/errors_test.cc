@@ -10,6 +10,8 @@
 #include <cctype>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "attn/attn.h"
+#include "hwy/targets.h"
 #include "reference/reference.h"
 #include "tests/test_util.h"
 
@@ -26,9 +29,11 @@ namespace {
 constexpr float kSentinel = -12345.5f;
 
 const std::vector<KernelId>& AllKernels() {
-  static const std::vector<KernelId> kernels = {KernelId::kAuto, KernelId::kNaive,
-                                                KernelId::kBlocked, KernelId::kStreaming,
-                                                KernelId::kParallel};
+  static const std::vector<KernelId> kernels = [] {  // auto and every kernel of the table
+    std::vector<KernelId> ids{KernelId::kAuto};
+    for (const KernelInfo& k : Kernels()) ids.push_back(k.id);
+    return ids;
+  }();
   return kernels;
 }
 
@@ -451,7 +456,7 @@ TEST(Errors, SizeOverflowIsRejected) {
     p.k = ConstTensor{dummy_in, 0, 0, 1};
     p.v = ConstTensor{dummy_in, 0, 0, 1};
     p.out = Tensor{dummy_out, 0, 0, 1};
-    ExpectRejected(b, p, {"q", "[1,1,4611686018427387904,1]"});
+    ExpectRejected(b, p, {"q", "[1,1,4611686018427387904,1] with strides (0,0,1)"});
   }
   {  // a batch stride whose offset overflows
     Problem p;
@@ -461,7 +466,7 @@ TEST(Errors, SizeOverflowIsRejected) {
     p.k = ConstTensor{dummy_in, 0, 0, 1};
     p.v = ConstTensor{dummy_in, 0, 0, 1};
     p.out = Tensor{dummy_out, 1, 0, 1};
-    ExpectRejected(b, p, {"q", "[3,1,1,1]"});
+    ExpectRejected(b, p, {"q", "[3,1,1,1] with strides (4611686018427387904,0,1)"});
   }
 }
 
@@ -578,8 +583,13 @@ TEST(Errors, ForceTargetRejectsCompiledButUnsupportedTargets) {
     if (std::find(supported.begin(), supported.end(), t) == supported.end()) unsupported.push_back(t);
   }
   if (unsupported.empty()) {
-    GTEST_SKIP() << "every compiled target is supported by this CPU, so there is no "
-                    "compiled-but-unsupported target to force";
+    std::string names;
+    for (const std::string& t : compiled) names += " " + t;
+    GTEST_SKIP() << "this CPU supports every compiled target (" << names.substr(1)
+                 << "): there is no compiled target it lacks, so none can be forced for real "
+                    "(an AVX-512 CPU runs AVX3 down to EMU128). ErrorsDeathTest."
+                    "ForceTargetRejectsATargetHighwayReportsMissing covers the same rejection "
+                    "by hiding this CPU's best target from Highway in a child process";
   }
   const std::string before = CurrentTarget();
   for (const std::string& t : unsupported) {
@@ -592,13 +602,74 @@ TEST(Errors, ForceTargetRejectsCompiledButUnsupportedTargets) {
     }
     EXPECT_EQ(CurrentTarget(), before);
   }
-  // Supported targets can be forced, and "auto" restores the best.
+  // Supported targets can be forced, and "auto" restores the best (the
+  // first of SupportedTargets(); not `before`, which ATTN_TARGET may have
+  // forced lower).
   for (const std::string& t : supported) {
     EXPECT_NO_THROW(ForceTarget(t));
     EXPECT_EQ(CurrentTarget(), t);
   }
   ForceTarget("auto");
-  EXPECT_EQ(CurrentTarget(), before);
+  EXPECT_EQ(CurrentTarget(), supported.front());
+}
+
+// The rejection above on every CPU, including those that run every compiled
+// target (AVX-512: nothing there to reject for real). attn reads the CPU's
+// targets from Highway once, at first use; hwy::DisableTargets, Highway's
+// switch for targets to avoid, makes Highway report the best one as missing,
+// which attn cannot tell from a CPU without it. A death test in the
+// threadsafe style runs this in a re-executed child process, whose first use
+// of attn comes after DisableTargets; the test body makes no attn call
+// before EXPECT_EXIT, since the child re-runs it up to there. The child's
+// checks cannot use EXPECT_* (the parent would not see them): it prints
+// what it found and exits 0 only if all of them hold.
+[[noreturn]] void ForceTargetHiddenFromHighway(const std::string& hidden, int64_t bit) {
+  unsetenv("ATTN_TARGET");  // the first use must not force a target itself
+  hwy::DisableTargets(bit);
+  std::string failures;
+  const std::vector<std::string> supported = SupportedTargets();
+  if (std::find(supported.begin(), supported.end(), hidden) != supported.end()) {
+    failures += " SupportedTargets() still lists " + hidden + ";";
+  }
+  const std::string before = CurrentTarget();
+  if (before == hidden) failures += " the hidden " + hidden + " is the current target;";
+  try {
+    ForceTarget(hidden);
+    failures += " ForceTarget(" + hidden + ") did not throw;";
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    if (e.field() != "target") failures += " the error names field " + e.field() + ";";
+  }
+  if (CurrentTarget() != before) failures += " the rejected ForceTarget changed the target;";
+  if (!failures.empty()) std::fprintf(stderr, "FAILED:%s\n", failures.c_str());
+  std::fflush(stderr);
+  // _Exit: no exit-time handlers (LeakSanitizer's) in this short-lived child.
+  std::_Exit(failures.empty() ? 0 : 1);
+}
+
+TEST(ErrorsDeathTest, ForceTargetRejectsATargetHighwayReportsMissing) {
+  // The best compiled target this CPU runs, from Highway alone (no attn call
+  // here, see above), without any target attn forced earlier in this
+  // process (the child, a fresh process, has none). Hiding a CPU's only
+  // runnable target would leave Highway nothing to run.
+  hwy::SetSupportedTargetsForTest(0);
+  const int64_t cpu = hwy::SupportedTargets();
+  std::string hidden;
+  int64_t hidden_bit = 0;
+  int runnable = 0;
+  for (const std::string& t : CompiledTargets()) {  // best first
+    for (int64_t m = cpu; m != 0; m &= m - 1) {
+      const int64_t bit = m & -m;
+      if (t == hwy::TargetName(bit) && ++runnable == 1) hidden = t, hidden_bit = bit;
+    }
+  }
+  if (runnable >= 2) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(ForceTargetHiddenFromHighway(hidden, hidden_bit), ::testing::ExitedWithCode(0),
+                "attn: target " + hidden + " is not supported by this CPU");
+  }
+  ForceTarget("auto");  // only the parent gets here: attn and Highway agree again
+  if (runnable < 2) GTEST_SKIP() << "this CPU runs a single compiled target: none to hide";
 }
 
 // ---- Valid edge cases: no error, and the right answer ----------------------

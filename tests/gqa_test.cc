@@ -186,31 +186,9 @@ Owned Make(const Spec& s) {
 
 // ---- Running every kernel on every target ----------------------------------
 
-struct Variant {
-  std::string name;
-  Options options;
-};
-
-std::vector<Variant> Variants() {
-  std::vector<Variant> v;
-  auto add = [&](const std::string& name, KernelId k, int threads, int splits = 0) {
-    Options o;
-    o.kernel = k;
-    o.threads = threads;
-    o.tiles.kv_splits = splits;
-    v.push_back({name, o});
-  };
-  add("naive", KernelId::kNaive, 1);
-  add("blocked", KernelId::kBlocked, 1);
-  add("streaming", KernelId::kStreaming, 1);
-  add("parallel/threads1", KernelId::kParallel, 1);
-  add("parallel/threads2", KernelId::kParallel, 2);
-  add("parallel/threads3", KernelId::kParallel, 3);
-  add("parallel/threads3/splits4", KernelId::kParallel, 3, 4);
-  add("auto/threads1", KernelId::kAuto, 1);
-  add("auto/threads2", KernelId::kAuto, 2);
-  return v;
-}
+// Every kernel of the table (tests/test_util.h), the threaded ones on 3
+// threads too, with and without 4 splits.
+std::vector<Variant> Variants() { return KernelVariants(3); }
 
 // The naive kernel's error on this input, and the bound derived from it.
 Bound NaiveBound(Owned& o, const reference::Result& ref) {
@@ -284,9 +262,11 @@ TEST(Gqa, MultiQuery) {
   s.tq = 1;  // MQA decode
   s.seed = 2;
   RunSpec(s);
-  // Groups wider than a SIMD panel, and not a multiple of it.
-  s.name = "mqa decode 32/1";
-  s.batch = 1, s.q_heads = 32, s.tk = 777, s.d = 64;
+  // A group (one view of 44 rows) wider than the panel of every target and
+  // a multiple of none: 5 panels + 4 rows at 8-row panels (EMU128/SSSE3/
+  // SSE4), 2 + 12 at 16 (AVX2), 1 + 12 at 32 (AVX3).
+  s.name = "mqa decode 44/1";
+  s.batch = 1, s.q_heads = 44, s.tk = 777, s.d = 64;
   s.causal = Causal::kBottomRight;
   s.seed = 3;
   RunSpec(s);
@@ -806,7 +786,7 @@ TEST(MergeErrors, EveryInvalidFieldIsNamedAndNothingIsWritten) {
       {"parts[1].out.row_stride", "4", [](MergeBuffers& x) { x.parts[1].out.row_stride = 4; }},
       {"parts[0].out.head_stride", "-1", [](MergeBuffers& x) { x.parts[0].out.head_stride = -1; }},
       {"parts[1].lse.row_stride", "-2", [](MergeBuffers& x) { x.parts[1].lse.row_stride = -2; }},
-      {"parts[0].out", "strides (" + std::to_string(huge) + ",20,5)",
+      {"parts[0].out", "[2,3,4,5] with strides (" + std::to_string(huge) + ",20,5)",
        [huge](MergeBuffers& x) { x.parts[0].out.batch_stride = huge; }},
       {"out.data", "null", [](MergeBuffers& x) { x.m.out.data = nullptr; }},
       {"out.row_stride", "0", [](MergeBuffers& x) { x.m.out.row_stride = 0; }},

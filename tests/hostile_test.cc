@@ -29,35 +29,10 @@ namespace {
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-struct Variant {
-  std::string name;
-  Options options;
-};
-
-// Every kernel, with default tiles and with small ragged tiles (partial
-// panels, many key tiles: every tail path), and the parallel kernel with
-// OpenMP threads and split-KV.
-std::vector<Variant> Variants() {
-  std::vector<Variant> v;
-  auto add = [&](const std::string& name, KernelId k, int threads, Tiles t) {
-    Options o;
-    o.kernel = k;
-    o.threads = threads;
-    o.tiles = t;
-    v.push_back({name, o});
-  };
-  add("naive", KernelId::kNaive, 1, {});
-  add("blocked", KernelId::kBlocked, 1, {});
-  add("blocked/ragged", KernelId::kBlocked, 1, {1, 7, 0});
-  add("streaming", KernelId::kStreaming, 1, {});
-  add("streaming/ragged", KernelId::kStreaming, 1, {1, 7, 0});
-  add("parallel/t1", KernelId::kParallel, 1, {});
-  add("parallel/t2", KernelId::kParallel, 2, {1, 0, 1});
-  add("parallel/t2/split3/ragged", KernelId::kParallel, 2, {1, 5, 3});
-  add("auto", KernelId::kAuto, 1, {});
-  add("auto/t2", KernelId::kAuto, 2, {});
-  return v;
-}
+// Every kernel of the table with default tiles and with small ragged tiles
+// (partial panels, many key tiles: every tail path), the threaded ones with
+// OpenMP threads and split-KV (KernelVariants, tests/test_util.h).
+std::vector<Variant> Variants() { return KernelVariants(); }
 
 // Element (b, h, r, c) of a tensor of an OwnedProblem, through its strides.
 float& At(std::vector<float>& buf, const ConstTensor& t, int64_t b, int64_t h, int64_t r,
@@ -129,8 +104,14 @@ Shape Base(Causal causal, bool mask = false) {
 }
 
 // With bottom-right causal, T_q 37 and T_k 53, row i sees keys j <= 16 + i:
-// key 40 is hidden from rows 0..23 and visible to rows 24..36.
-constexpr int64_t kLateKey = 40;
+// key 43 is hidden from rows 0..26 and visible to rows 27..36. Row 27 is
+// inside a panel on every target, so one panel holds both hidden and seeing
+// rows: rows 24..31 on 8-row panels (EMU128/SSSE3/SSE4), 16..31 on 16-row
+// ones (AVX2), 0..31 on 32-row ones (AVX3). (Key 40, seen from row 24 on,
+// would split 8-row panels exactly at the boundary.)
+constexpr int64_t kLateKey = 43;
+constexpr int64_t kFirstRowSeeingLateKey = kLateKey - (53 - 37);  // 27
+constexpr int64_t kRowsSeeingLateKey = 37 - kFirstRowSeeingLateKey;  // 10
 
 // ---- NaN / Inf in Q, K, V and the mask -------------------------------------
 
@@ -152,12 +133,12 @@ TEST(Hostile, NaNOrInfInKPoisonsTheRowsThatSeeTheKey) {
     OwnedProblem o = MakeProblem(Base(Causal::kBottomRight));
     At(o.k, o.problem.k, 0, 0, kLateKey, 2) = bad;
     const RowKinds k = Kinds(o.problem);
-    // Rows 24..36 of both heads see the key: NaN, or (+-inf with the
-    // sign of q) a -inf score that just removes the key. Rows 0..23 never
+    // Rows 27..36 of both heads see the key: NaN, or (+-inf with the
+    // sign of q) a -inf score that just removes the key. Rows 0..26 never
     // see it and stay finite.
-    EXPECT_GE(k.finite, 2 * 24);
+    EXPECT_GE(k.finite, 2 * kFirstRowSeeingLateKey);
     if (std::isnan(bad)) {
-      EXPECT_EQ(k.nan, 2 * 13);
+      EXPECT_EQ(k.nan, 2 * kRowsSeeingLateKey);
     }
     ExpectEveryKernelMatches(o);
   }
@@ -189,7 +170,7 @@ TEST(Hostile, NaNOrPlusInfInTheMaskPoisonsItsRow) {
 
 TEST(Hostile, NaNInTheMaskAtACausallyHiddenKeyIsIgnored) {
   OwnedProblem o = MakeProblem(Base(Causal::kBottomRight, /*mask=*/true));
-  o.mask[size_t(3 * 53 + kLateKey)] = kNaN;  // row 3 never sees key 40
+  o.mask[size_t(3 * 53 + kLateKey)] = kNaN;  // row 3 never sees key 43
   EXPECT_EQ(Kinds(o.problem).nan, 0);
   ExpectEveryKernelMatches(o);
 }
@@ -231,9 +212,10 @@ TEST(Hostile, RowsBeforeTheFirstVisibleKeyAreFullyMasked) {
 // NaN/Inf in V at a key that row i cannot see (causally hidden, removed by
 // a -inf mask, or a -inf score from an infinite K): the reference never
 // reads such a value, and neither does any kernel. In the SIMD kernels the
-// key shares a key tile and a panel with rows that do see it (rows 24..36
-// here, in the same panel as rows 16..23 on every target); they take the
-// NaN/Inf tile path of kernels/common/microkernels-inl.h (NonFiniteV).
+// key shares a key tile and a panel with rows that do see it (rows 27..36
+// here; see kLateKey for the panel they share with hidden rows on each
+// target); they take the NaN/Inf tile path of
+// kernels/common/microkernels-inl.h (NonFiniteV).
 TEST(Hostile, NonFiniteVAtAMaskedKeyIsNeverRead) {
   for (float bad : {kNaN, kInf, -kInf}) {
     for (const char* hidden_by : {"causal", "mask -inf", "score -inf"}) {
@@ -243,7 +225,11 @@ TEST(Hostile, NonFiniteVAtAMaskedKeyIsNeverRead) {
                                         /*mask=*/how == "mask -inf"));
       At(o.v, o.problem.v, 0, 0, kLateKey, 3) = bad;
       if (how == "mask -inf") {
-        for (int64_t i = 0; i < 24; ++i) o.mask[size_t(i * 53 + kLateKey)] = -kInf;
+        // The rows causality would hide: the same panels mix hidden and
+        // seeing rows.
+        for (int64_t i = 0; i < kFirstRowSeeingLateKey; ++i) {
+          o.mask[size_t(i * 53 + kLateKey)] = -kInf;
+        }
       }
       if (how == "score -inf") {
         // Row i's score for the key is -inf where q[i][2] > 0 (the key is
@@ -257,11 +243,14 @@ TEST(Hostile, NonFiniteVAtAMaskedKeyIsNeverRead) {
       } else {
         EXPECT_EQ(k.nan, 0);
         if (std::isnan(bad)) {
-          // Rows 0..23 of both heads exact; rows 24..36 NaN in column 3
+          // Rows 0..26 of both heads exact; rows 27..36 NaN in column 3
           // (unless the random mask also hides the key from them).
-          EXPECT_GE(k.finite, 2 * 24);
+          EXPECT_GE(k.finite, 2 * kFirstRowSeeingLateKey);
           EXPECT_GT(k.nan_columns_only, 0);
           EXPECT_EQ(k.finite + k.nan_columns_only, 2 * 37);
+          if (how == "causal") {
+            EXPECT_EQ(k.nan_columns_only, 2 * kRowsSeeingLateKey);
+          }
         }
       }
       ExpectEveryKernelMatches(o);
@@ -292,7 +281,7 @@ TEST(Hostile, NonFiniteVIsFoundAnywhereInItsTile) {
 }
 
 // The other side of that rule: a key the row can see is read whatever its
-// weight. A mask of -200 gives key 40 a weight of e^-200 in rows 0..23:
+// weight. A mask of -200 gives key 43 a weight of e^-200 in rows 0..26:
 // 0 in float32, tiny but not 0 in the reference's float64, where NaN times
 // it is NaN. So the kernels must tell an underflowed weight (+0: read) from
 // a hidden key's (-0: not read), not merely skip zero weights.
@@ -300,14 +289,14 @@ TEST(Hostile, NaNInVAtAVisibleKeyIsReadEvenWhenItsWeightUnderflows) {
   OwnedProblem o = MakeProblem(Base(Causal::kNone, /*mask=*/true));
   At(o.v, o.problem.v, 0, 0, kLateKey, 3) = kNaN;
   for (float& m : o.mask) m = std::isinf(m) ? 0.5f : m;  // every key visible
-  for (int64_t i = 0; i < 24; ++i) o.mask[size_t(i * 53 + kLateKey)] = -200.0f;
+  for (int64_t i = 0; i < kFirstRowSeeingLateKey; ++i) o.mask[size_t(i * 53 + kLateKey)] = -200.0f;
   const RowKinds k = Kinds(o.problem);
   EXPECT_EQ(k.nan_columns_only, 2 * 37);  // column 3 NaN in every row
   ExpectEveryKernelMatches(o);
 }
 
 // The K counterpart. A causally hidden key's K is never read either: rows
-// 0..23 stay exact. But the mask is additive (scores + M, as in the
+// 0..26 stay exact. But the mask is additive (scores + M, as in the
 // reference and in PyTorch's attn_mask): a key that a -inf mask removes
 // still has its score computed, and NaN + -inf is NaN, so NaN in K there
 // makes the row NaN in the reference and in every kernel alike. (+-Inf in
@@ -321,18 +310,20 @@ TEST(Hostile, NonFiniteKAtAMaskedKeyFollowsTheReference) {
       OwnedProblem o = MakeProblem(Base(causal ? Causal::kBottomRight : Causal::kNone, !causal));
       At(o.k, o.problem.k, 0, 0, kLateKey, 2) = bad;
       if (!causal) {
-        for (int64_t i = 0; i < 24; ++i) o.mask[size_t(i * 53 + kLateKey)] = -kInf;
+        for (int64_t i = 0; i < kFirstRowSeeingLateKey; ++i) {
+          o.mask[size_t(i * 53 + kLateKey)] = -kInf;
+        }
       }
       const RowKinds k = Kinds(o.problem);
       if (causal) {
-        EXPECT_GE(k.finite, 2 * 24);  // rows 0..23 never read K[40]
+        EXPECT_GE(k.finite, 2 * kFirstRowSeeingLateKey);  // rows 0..26 never read K[43]
         if (std::isnan(bad)) {
-          EXPECT_EQ(k.nan, 2 * 13);
+          EXPECT_EQ(k.nan, 2 * kRowsSeeingLateKey);
         }
       } else if (std::isnan(bad)) {
-        EXPECT_EQ(k.nan, 2 * 37);  // NaN + -inf: rows 0..23 too
+        EXPECT_EQ(k.nan, 2 * 37);  // NaN + -inf: rows 0..26 too
       } else {
-        EXPECT_GT(k.nan, 0);  // +inf + -inf among rows 0..23
+        EXPECT_GT(k.nan, 0);  // +inf + -inf among rows 0..26
         EXPECT_GT(k.finite, 0);
       }
       ExpectEveryKernelMatches(o);
@@ -341,49 +332,66 @@ TEST(Hostile, NonFiniteKAtAMaskedKeyFollowsTheReference) {
 }
 
 // The same rules on the streaming and parallel kernels' narrow path (views of
-// at most half a panel of rows: decode, a few query rows over a cache).
-// Three rows, bottom-right causal, T_k 53: row i sees keys j <= 50 + i, so
-// key 51 is hidden from row 0 and key 52 from rows 0 and 1. NaN/Inf in V
-// there, hidden by causality or by a -inf mask, never reaches those rows;
-// an underflowed weight (mask -200) still reads it; NaN in K at a
-// causally hidden key is never read, and under a -inf mask follows the
-// reference (NaN + -inf = NaN).
+// at most half a panel of rows: decode, a few query rows over a cache), in
+// groups of 4 rows. Bottom-right causal, T_k 53, T_q rows: row i sees keys
+// j <= 53 - T_q + i, so key 51 is hidden from rows 0..T_q-3 and key 52 from
+// rows 0..T_q-2. NaN/Inf in V there, hidden by causality or by a -inf mask,
+// never reaches those rows; an underflowed weight (mask -200) still reads
+// it; NaN in K at a causally hidden key is never read, and under a -inf
+// mask follows the reference (NaN + -inf = NaN).
+// T_q 3: one partial group, narrow on every target. T_q 13: groups of 4, 4,
+// 4 and 1 rows (the last ragged; rows 11 and 12 see key 51, next to hidden
+// rows 8..10), narrow on AVX3 only (16 rows at most); AVX2 runs it as a
+// partial 16-row panel and the 8-row targets as one whole and one partial
+// panel. Both paths must follow the same rules.
 TEST(Hostile, NarrowPathFollowsTheSameNonFiniteRules) {
-  Shape base = Base(Causal::kBottomRight);
-  base.tq = 3;
-  for (float bad : {kNaN, kInf}) {
-    SCOPED_TRACE(std::to_string(bad));
-    {
-      SCOPED_TRACE("V, causal");
-      OwnedProblem o = MakeProblem(base);
-      At(o.v, o.problem.v, 0, 0, 52, 3) = bad;
-      At(o.v, o.problem.v, 0, 0, 51, 0) = bad;
-      if (std::isnan(bad)) {
-        EXPECT_EQ(Kinds(o.problem).finite, 2);  // row 0 of both heads
+  for (int64_t tq : {3, 13}) {
+    SCOPED_TRACE("T_q " + std::to_string(tq));
+    Shape base = Base(Causal::kBottomRight);
+    base.tq = tq;
+    for (float bad : {kNaN, kInf}) {
+      SCOPED_TRACE(std::to_string(bad));
+      {
+        SCOPED_TRACE("V, causal");
+        OwnedProblem o = MakeProblem(base);
+        At(o.v, o.problem.v, 0, 0, 52, 3) = bad;
+        At(o.v, o.problem.v, 0, 0, 51, 0) = bad;
+        if (std::isnan(bad)) {
+          // Rows 0..T_q-3 of both heads (3 rows: row 0; 13 rows: 0..10).
+          EXPECT_EQ(Kinds(o.problem).finite, 2 * (tq - 2));
+        }
+        ExpectEveryKernelMatches(o);
       }
-      ExpectEveryKernelMatches(o);
-    }
-    {
-      SCOPED_TRACE("V, mask -inf / -200");
-      Shape s = base;
-      s.causal = Causal::kNone;
-      s.additive_mask = true;
-      OwnedProblem o = MakeProblem(s);
-      for (float& m : o.mask) m = std::isinf(m) ? 0.5f : m;
-      At(o.v, o.problem.v, 0, 0, 20, 1) = bad;
-      o.mask[size_t(0 * 53 + 20)] = -kInf;    // row 0: hidden, exact
-      o.mask[size_t(1 * 53 + 20)] = -200.0f;  // row 1: underflows, read
-      if (std::isnan(bad)) {
-        EXPECT_EQ(Kinds(o.problem).finite, 2);  // row 0 of both heads
+      {
+        SCOPED_TRACE("V, mask -inf / -200");
+        Shape s = base;
+        s.causal = Causal::kNone;
+        s.additive_mask = true;
+        OwnedProblem o = MakeProblem(s);
+        for (float& m : o.mask) m = std::isinf(m) ? 0.5f : m;
+        At(o.v, o.problem.v, 0, 0, 20, 1) = bad;
+        // Rows 0, 3, 6, ...: hidden, exact; rows 1, 4, 7, ...: underflow,
+        // read; the others see the key with an ordinary weight. Every whole
+        // group of 4 rows mixes hidden and reading rows (13 rows: the
+        // ragged group, row 12, is hidden).
+        for (int64_t i = 0; i < tq; ++i) {
+          if (i % 3 == 0) o.mask[size_t(i * 53 + 20)] = -kInf;
+          if (i % 3 == 1) o.mask[size_t(i * 53 + 20)] = -200.0f;
+        }
+        if (std::isnan(bad)) {
+          // The hidden rows of both heads: 3 rows: row 0; 13: 0, 3, 6, 9, 12.
+          EXPECT_EQ(Kinds(o.problem).finite, 2 * ((tq + 2) / 3));
+        }
+        ExpectEveryKernelMatches(o);
       }
-      ExpectEveryKernelMatches(o);
-    }
-    {
-      SCOPED_TRACE("K, causal");
-      OwnedProblem o = MakeProblem(base);
-      At(o.k, o.problem.k, 0, 0, 52, 2) = bad;
-      EXPECT_GE(Kinds(o.problem).finite, 2 * 2);  // rows 0 and 1 never read K[52]
-      ExpectEveryKernelMatches(o);
+      {
+        SCOPED_TRACE("K, causal");
+        OwnedProblem o = MakeProblem(base);
+        At(o.k, o.problem.k, 0, 0, 52, 2) = bad;
+        // Rows 0..T_q-2 never read K[52].
+        EXPECT_GE(Kinds(o.problem).finite, 2 * (tq - 1));
+        ExpectEveryKernelMatches(o);
+      }
     }
   }
 }

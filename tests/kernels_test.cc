@@ -12,42 +12,43 @@
 namespace attn::test {
 namespace {
 
-// The configurations each shape runs through: every SIMD kernel with default
-// tiles, with small ragged tiles (many key tiles, partial panels, several
-// query blocks), and the parallel kernel at several thread counts with and
-// without split-KV.
-struct Variant {
-  std::string name;
-  Options options;
-};
-
+// The configurations each shape runs through, from the kernel table: every
+// SIMD kernel with default tiles and with small ragged tiles (many key
+// tiles, partial panels, several query blocks), every threaded kernel at 2,
+// 3 and 4 threads with and without split-KV, and auto. (Naive is the
+// yardstick the bound comes from.)
 std::vector<Variant> Variants() {
   std::vector<Variant> v;
-  for (KernelId k : {KernelId::kBlocked, KernelId::kStreaming, KernelId::kParallel, KernelId::kAuto}) {
+  auto add = [&](const std::string& name, KernelId k, int threads, Tiles tiles) {
     Options o;
     o.kernel = k;
-    o.threads = 1;
-    v.push_back({std::string(KernelName(k)) + "/default", o});
-    o.tiles.q_block = 1;  // rounded up to one panel
-    o.tiles.kv_block = 7;
-    v.push_back({std::string(KernelName(k)) + "/ragged-tiles", o});
-  }
-  for (int threads : {2, 3, 4}) {
-    for (int splits : {1, 3}) {
-      Options o;
-      o.kernel = KernelId::kParallel;
-      o.threads = threads;
-      o.tiles.q_block = 1;
-      o.tiles.kv_splits = splits;
-      v.push_back({"parallel/threads" + std::to_string(threads) + "/splits" + std::to_string(splits), o});
+    o.threads = threads;
+    o.tiles = tiles;
+    v.push_back({name, o});
+  };
+  for (const KernelInfo& k : Kernels()) {
+    if (!k.simd) continue;
+    add(std::string(k.name) + "/default", k.id, 1, {});
+    add(std::string(k.name) + "/ragged-tiles", k.id, 1, {1, 7, 0});  // q_block: one panel
+    if (!k.threaded) continue;
+    for (int threads : {2, 3, 4}) {
+      for (int splits : k.uses_kv_splits ? std::vector<int>{1, 3} : std::vector<int>{0}) {
+        add(std::string(k.name) + "/threads" + std::to_string(threads) +
+                (splits ? "/splits" + std::to_string(splits) : ""),
+            k.id, threads, {1, 0, splits});
+      }
     }
   }
-  Options o;
-  o.kernel = KernelId::kAuto;
-  o.threads = 2;
-  v.push_back({"auto/threads2", o});
+  add("auto/default", KernelId::kAuto, 1, {});
+  add("auto/ragged-tiles", KernelId::kAuto, 1, {1, 7, 0});
+  add("auto/threads2", KernelId::kAuto, 2, {});
   return v;
 }
+
+// Rows of the narrow-path sweep in Shapes(): half the widest panel of any
+// compiled target (AVX3: 2 vectors x 16 lanes = 32 rows), whatever this CPU
+// runs. NarrowSweep.CoversEveryTargetsNarrowViews checks it on this CPU.
+constexpr int64_t kNarrowSweepRows = 16;
 
 class KernelsTest : public ::testing::TestWithParam<Shape> {};
 
@@ -179,22 +180,27 @@ std::vector<Shape> Shapes() {
     s.layout = c == Causal::kBottomRight ? Layout::kBTHD : Layout::kBHTD;
     add(s);
   }
-  // Views of at most half a panel of rows (8 on AVX2, 4 on SSE4/EMU128) take
-  // the narrow (lanes along d) path of the streaming and parallel kernels, in
-  // groups of up to 4 rows: every group size and a second partial group,
-  // ragged d (scalar dot-product and column tails, d < one vector), ragged
-  // T_k (key blocks of 8/R, padded score rows), each causal alignment (rows
-  // of one view with different limits), additive masks with fully masked
-  // rows, and grouped decode of 3 and 6 heads.
+  // Views of at most half a panel of rows take the narrow (lanes along d)
+  // path of the streaming and parallel kernels, in groups of up to 4 rows:
+  // 4 rows on EMU128/SSSE3/SSE4 (8-row panels), 8 on AVX2 (16-row panels),
+  // 16 on AVX3 (32-row panels). Every CPU sweeps the same 1..16 rows
+  // (kNarrowSweepRows), so AVX3 sweeps its 3 and 4 groups too; on the
+  // narrower targets the rows beyond their limit are partial panels. Every
+  // group size and partial last groups, ragged d (scalar dot-product and
+  // column tails, d < one vector), ragged T_k (key blocks of 8/R, padded
+  // score rows), each causal alignment (rows of one view with different
+  // limits), additive masks with fully masked rows, and grouped decode of
+  // 3, 6, 13 and 16 heads.
   {
-    const int64_t dims[] = {3, 17, 128, 40, 64, 7, 96, 33};
-    for (int64_t rows = 1; rows <= 8; ++rows) {
+    const int64_t dims[kNarrowSweepRows] = {3, 17, 128, 40, 64, 7, 96, 33,
+                                            5, 48, 128, 11, 80, 1, 31, 64};
+    for (int64_t rows = 1; rows <= kNarrowSweepRows; ++rows) {
       for (Causal c : {Causal::kNone, Causal::kBottomRight, Causal::kTopLeft}) {
         Shape s;
         s.tq = rows;
         s.tk = 293;
         s.d = dims[rows - 1];
-        s.dv = rows == 2 || rows == 7 ? 70 : 0;
+        s.dv = rows % 5 == 2 ? 70 : 0;  // rows 2, 7 and 12
         s.causal = c;
         add(s);
       }
@@ -209,7 +215,7 @@ std::vector<Shape> Shapes() {
         add(s);
       }
     }
-    for (int64_t group : {3, 6}) add(DecodeShape(2 * group, 2, 135, 33));
+    for (int64_t group : {3, 6, 13, 16}) add(DecodeShape(2 * group, 2, 135, 33));
   }
   add(DecodeShape(40, 1, 517, 64));  // MQA decode with more heads than one panel holds
   return shapes;
@@ -217,6 +223,23 @@ std::vector<Shape> Shapes() {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, KernelsTest, ::testing::ValuesIn(Shapes()),
                          [](const auto& info) { return info.param.Name(); });
+
+// The narrow path takes views of up to half a panel of rows
+// (kernels/streaming/narrow-inl.h NarrowMaxRows): the sweep must reach that
+// on every target this CPU runs, or a wider target would leave its widest
+// narrow views unswept. The panel width P, through the public API: the
+// default query block of one query row is one (partial) panel
+// (dispatch/tiles.cc, pinned by tests/tiles_test.cc).
+TEST(NarrowSweep, CoversEveryTargetsNarrowViews) {
+  for (const std::string& target : SupportedTargets()) {
+    ForceTarget(target);
+    SCOPED_TRACE(target);
+    const int panel_width = DefaultTiles(1, 1, 1).q_block;
+    EXPECT_GE(panel_width, 8);
+    EXPECT_LE(panel_width / 2, kNarrowSweepRows);
+  }
+  ForceTarget("auto");
+}
 
 // The bound is tight enough to catch real bugs: an off-by-one that drops the
 // last key, and a 0.1% error in the scale, both exceed it on every target.

@@ -31,7 +31,7 @@
 
 #include "attn/attn.h"
 #include "attn/tuning.h"
-#include "kernels/streaming/streaming.h"
+#include "kernels/kernel.h"
 #include "reference/reference.h"
 #include "tests/oracle.h"
 #include "tests/test_util.h"
@@ -373,16 +373,19 @@ TEST(Memory, AllocationFailureIsAClearError) {
   OwnedProblem o = MakeProblem(s);
   const reference::Result ref = reference::Attention(o.problem);
   struct Case {
-    const char* name;
+    std::string name;
     KernelId kernel;
     int threads;
     int q_block;
   };
-  const Case cases[] = {{"naive", KernelId::kNaive, 1, 0},
-                        {"blocked", KernelId::kBlocked, 1, 0},
-                        {"streaming", KernelId::kStreaming, 1, 0},
-                        {"parallel/t2", KernelId::kParallel, 2, 256},
-                        {"auto", KernelId::kAuto, 1, 0}};
+  // Every kernel of the table (threaded ones on 2 threads with 256-row query
+  // blocks), and auto.
+  std::vector<Case> cases;
+  for (const KernelInfo& k : Kernels()) {
+    cases.push_back({std::string(k.name) + (k.threaded ? "/t2" : ""), k.id, k.threaded ? 2 : 1,
+                     k.threaded ? 256 : 0});
+  }
+  cases.push_back({"auto", KernelId::kAuto, 1, 0});
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     Options opt;

@@ -171,4 +171,33 @@ Errors RunAndCompare(OwnedProblem& owned, const reference::Result& ref, const Op
   return MaxErrors(owned.problem, ref);
 }
 
+std::vector<Variant> KernelVariants(int extra_threads) {
+  std::vector<Variant> variants;
+  auto add = [&](const std::string& name, KernelId kernel, int threads, Tiles tiles) {
+    Options o;
+    o.kernel = kernel;
+    o.threads = threads;
+    o.tiles = tiles;
+    variants.push_back({name, o});
+  };
+  for (const KernelInfo& k : Kernels()) {
+    const std::string name = k.name;
+    const bool tiled = k.uses_q_block || k.uses_kv_block;
+    const Tiles ragged{k.uses_q_block ? 1 : 0, k.uses_kv_block ? 7 : 0, 0};
+    add(k.threaded ? name + "/t1" : name, k.id, 1, {});
+    if (tiled) add(name + "/ragged", k.id, 1, ragged);
+    if (!k.threaded) continue;
+    add(name + "/t2", k.id, 2, {});
+    if (k.uses_kv_splits) add(name + "/t2/split3/ragged", k.id, 2, {ragged.q_block, 5, 3});
+    if (extra_threads > 2) {
+      const std::string t = "/t" + std::to_string(extra_threads);
+      add(name + t, k.id, extra_threads, {});
+      if (k.uses_kv_splits) add(name + t + "/split4", k.id, extra_threads, {0, 0, 4});
+    }
+  }
+  add("auto/t1", KernelId::kAuto, 1, {});
+  add("auto/t2", KernelId::kAuto, 2, {});
+  return variants;
+}
+
 }  // namespace attn::test

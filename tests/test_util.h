@@ -56,6 +56,25 @@ struct Bound {
 };
 Bound BoundFromNaive(const Errors& naive, const Problem& p, const reference::Result& ref);
 
+// One way of running the library in a test: a kernel of the table (or
+// auto), a thread count and tiles.
+struct Variant {
+  std::string name;  // "streaming/ragged", "parallel/t2/split3/ragged", "auto/t2"
+  Options options;
+};
+// The variants every kernel test runs, derived from attn::Kernels() so that
+// a new kernel is tested without an edit here:
+// - every kernel at its default tiles on one thread ("naive", "parallel/t1");
+// - every kernel that reads tiles, with small ragged ones ("…/ragged":
+//   q_block 1, kv_block 7: partial panels and many key tiles, every tail);
+// - every threaded kernel on 2 threads ("parallel/t2") and, if it splits
+//   keys, with split-KV and ragged tiles ("parallel/t2/split3/ragged":
+//   q_block 1, kv_block 5, 3 splits);
+// - `extra_threads` > 2: the threaded kernels on that many threads too, with
+//   and without 4 splits (more threads than work items);
+// - auto on 1 and 2 threads.
+std::vector<Variant> KernelVariants(int extra_threads = 0);
+
 // Runs `kernel` with `options` on `owned` (outputs cleared first) and
 // returns its errors against `ref`.
 Errors RunAndCompare(OwnedProblem& owned, const reference::Result& ref, const Options& options);

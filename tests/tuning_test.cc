@@ -104,6 +104,11 @@ class TuningTest : public ::testing::Test {
 };
 
 // ---- the generic tuner, with fake timers -------------------------------------------
+//
+// Tests marked "Fails on the old tuner" fail on the tuner this one replaced
+// (each candidate's samples back to back, scored by their minimum, a
+// head to head of minima with no regard to threads); that was checked by
+// linking these tests against it.
 
 attn_tune::TunerHooks FakeHooks(const std::vector<double>& seconds,
                                 const std::set<size_t>& wrong = {},
@@ -122,11 +127,52 @@ attn_tune::TunerHooks FakeHooks(const std::vector<double>& seconds,
   return hooks;
 }
 
+// A fake machine with interference: each candidate's seconds per call on a
+// quiet machine and the threads it runs, and spells of interference in
+// virtual time (the sum of every time returned so far) during which the
+// candidates a spell hits take `factor` x as long. A process keeping one of
+// two cores busy hits only the multi-threaded candidates (a one-thread one
+// runs on the other core at full speed); a frequency drop hits all. A
+// sample takes the state at its start.
+struct FakeMachine {
+  struct Spell {
+    double begin = 0.0, end = 0.0, factor = 3.0;
+    bool multi_threaded_only = true;
+  };
+  std::vector<double> quiet;
+  std::vector<int> threads;
+  std::vector<Spell> spells;
+  double clock = 0.0;
+  std::vector<int> order;  // candidates in the order they were timed
+
+  double Time(size_t i) {
+    double t = quiet[i];
+    for (const Spell& s : spells) {
+      if (clock >= s.begin && clock < s.end && (!s.multi_threaded_only || threads[i] > 1)) {
+        t *= s.factor;
+      }
+    }
+    clock += t;
+    order.push_back(int(i));
+    return t;
+  }
+  attn_tune::TunerHooks Hooks() {
+    attn_tune::TunerHooks hooks;
+    hooks.check = [](size_t) { return attn_tune::CheckOutcome{true, "", 0.0}; };
+    hooks.time_once = [this](size_t i) { return Time(i); };
+    hooks.threads_used = [this](size_t i) { return threads[i]; };
+    return hooks;
+  }
+};
+
 TEST(Tuner, PicksTheCandidateTheTimerSaysIsFastest) {
   const attn_tune::TunerResult r = attn_tune::Tune(4, FakeHooks({3.0, 1.0, 2.0, 5.0}), {});
   EXPECT_EQ(r.winner, 1);
+  EXPECT_EQ(r.leader, 1);
   EXPECT_EQ(r.candidates[1].verdict, attn_tune::Verdict::kTimed);
   EXPECT_DOUBLE_EQ(r.candidates[1].best, 1.0);
+  EXPECT_DOUBLE_EQ(r.candidates[1].score, 1.0);
+  EXPECT_DOUBLE_EQ(r.candidates[1].pair_ratio, 1.0 / 3.0);
 }
 
 TEST(Tuner, AFastWrongCandidateIsNeverTimedAndNeverWins) {
@@ -145,85 +191,313 @@ TEST(Tuner, NoWinnerWhenEveryCandidateIsWrong) {
   EXPECT_EQ(r.winner, -1);
 }
 
-TEST(Tuner, DropsClearlySlowerCandidatesAfterOneSample) {
+TEST(Tuner, TimesInRoundsInAChangingOrder) {
+  // Fails on the old tuner (its samples came 0,0,0,0,1,1,1,1,...).
+  FakeMachine m;
+  m.quiet = {1.0, 1.0, 1.0, 1.0};
+  m.threads = {1, 1, 1, 1};
+  attn_tune::TunerSettings settings;
+  settings.max_repeats = 6;
+  const attn_tune::TunerResult r = attn_tune::Tune(4, m.Hooks(), settings);
+  EXPECT_EQ(r.winner, 0);  // a tie keeps the baseline: no head to head
+  EXPECT_EQ(r.rounds, 6);
+  ASSERT_EQ(m.order.size(), 24u);
+  // Round 0 in the given order (a small budget reaches the first ones).
+  EXPECT_EQ(std::vector<int>(m.order.begin(), m.order.begin() + 4), (std::vector<int>{0, 1, 2, 3}));
+  std::map<int, std::set<int>> predecessors;
+  for (size_t round = 0; round < 6; ++round) {
+    const std::vector<int> this_round(m.order.begin() + 4 * round, m.order.begin() + 4 * round + 4);
+    EXPECT_EQ(std::set<int>(this_round.begin(), this_round.end()), (std::set<int>{0, 1, 2, 3}))
+        << "round " << round << " times every candidate once";
+    for (size_t k = 1; k < 4; ++k) predecessors[this_round[k]].insert(this_round[k - 1]);
+  }
+  // No candidate always runs right after the same other one.
+  for (const auto& [candidate, before] : predecessors) {
+    EXPECT_GE(before.size(), 2u) << "candidate " << candidate;
+  }
+}
+
+TEST(Tuner, DropsClearlySlowerCandidatesAfterTheFirstRounds) {
+  // Fails on the old tuner (it dropped after one sample, on a first sample
+  // that a moment of interference could have slowed).
   attn_tune::TunerSettings settings;
   settings.max_repeats = 5;
+  settings.drop_after = 2;
   settings.drop_ratio = 1.5;
   std::vector<int> timed(3, 0);
   const attn_tune::TunerResult r =
       attn_tune::Tune(3, FakeHooks({1.0, 1.6, 1.2}, {}, &timed), settings);
   EXPECT_EQ(r.winner, 0);
   EXPECT_EQ(r.candidates[1].verdict, attn_tune::Verdict::kDroppedEarly);
-  EXPECT_EQ(timed[1], 1);
+  EXPECT_EQ(timed[1], 2);
   EXPECT_EQ(r.candidates[2].verdict, attn_tune::Verdict::kTimed);  // 1.2 < 1.5 x 1.0
   EXPECT_EQ(timed[0], 5);
   EXPECT_EQ(timed[2], 5);
+
+  // The baseline is never dropped, however slow: the head to head needs it.
+  std::fill(timed.begin(), timed.end(), 0);
+  const attn_tune::TunerResult slow_default =
+      attn_tune::Tune(3, FakeHooks({2.0, 1.0, 1.1}, {}, &timed), settings);
+  EXPECT_EQ(slow_default.candidates[0].verdict, attn_tune::Verdict::kTimed);
+  EXPECT_EQ(slow_default.winner, 1);
+  EXPECT_EQ(timed[0], 5 + settings.pairs);
 }
 
-TEST(Tuner, ScoresByTheMinimumSampleAndReportsTheMedian) {
-  // Candidate 0 is noisy but once ran fastest; interference only adds time.
-  std::vector<std::vector<double>> sequences = {{5.0, 1.0, 5.0}, {2.0, 2.0, 2.0}};
-  std::vector<size_t> next(2, 0);
+TEST(Tuner, ScoresByTheMedianAndReportsTheFastest) {
+  // Fails on the old tuner (it scored candidate 1 by its one fast sample).
+  // Candidate 1 ran fast once and three times slow; candidate 2 is steady.
+  std::vector<std::vector<double>> sequences = {
+      {3.0, 3.0, 3.0, 3.0}, {0.9, 2.0, 2.0, 2.0}, {1.0, 1.0, 1.0, 1.0}};
+  std::vector<size_t> next(3, 0);
   attn_tune::TunerHooks hooks;
   hooks.check = [](size_t) { return attn_tune::CheckOutcome{true, "", 0.0}; };
   hooks.time_once = [&](size_t i) { return sequences[i][next[i]++]; };
   attn_tune::TunerSettings settings;
-  settings.max_repeats = 3;
+  settings.max_repeats = 4;
   settings.drop_ratio = 100.0;
-  const attn_tune::TunerResult r = attn_tune::Tune(2, hooks, settings);
-  EXPECT_EQ(r.winner, 0);
-  EXPECT_DOUBLE_EQ(r.candidates[0].best, 1.0);
-  EXPECT_DOUBLE_EQ(r.candidates[0].median, 5.0);
+  settings.head_to_head = false;
+  const attn_tune::TunerResult r = attn_tune::Tune(3, hooks, settings);
+  EXPECT_EQ(r.winner, 2);
+  EXPECT_DOUBLE_EQ(r.candidates[1].score, 2.0);
+  EXPECT_DOUBLE_EQ(r.candidates[1].best, 0.9);
+  EXPECT_DOUBLE_EQ(r.candidates[1].median, 2.0);
+  EXPECT_DOUBLE_EQ(attn_tune::RobustSeconds({5.0, 1.0, 2.0, 3.0}), 2.5);
 }
 
 TEST(Tuner, RemeasuresTheBaselineWhenItLost) {
-  // The baseline's first samples fell into a burst of interference.
-  std::vector<double> baseline = {10.0, 10.0, 0.5, 0.5};
-  size_t next = 0;
+  // The baseline's samples in the rounds fell into a burst of interference.
+  size_t baseline_calls = 0;
   attn_tune::TunerHooks hooks;
   hooks.check = [](size_t) { return attn_tune::CheckOutcome{true, "", 0.0}; };
-  hooks.time_once = [&](size_t i) { return i == 0 ? baseline[next++] : 1.0; };
+  hooks.time_once = [&](size_t i) { return i == 0 ? (baseline_calls++ < 2 ? 10.0 : 0.5) : 1.0; };
   attn_tune::TunerSettings settings;
   settings.max_repeats = 2;
+  settings.pairs = 3;
   attn_tune::TunerResult r = attn_tune::Tune(2, hooks, settings);
+  EXPECT_EQ(r.leader, 1);
   EXPECT_EQ(r.winner, 0);
-  EXPECT_EQ(r.candidates[0].samples.size(), 4u);
-  EXPECT_DOUBLE_EQ(r.candidates[0].best, 0.5);
+  EXPECT_EQ(r.candidates[0].samples.size(), 5u);
+  EXPECT_DOUBLE_EQ(r.candidates[0].score, 0.5);  // from the head to head
+  EXPECT_EQ(r.candidates[1].verdict, attn_tune::Verdict::kLostHeadToHead);
+  EXPECT_NE(r.candidates[1].reason.find("median time ratio to the baseline 2.000 over 3 pairs"),
+            std::string::npos)
+      << r.candidates[1].reason;
 
-  // Without the second look, the candidate that ran in quiet times wins.
-  next = 0;
-  settings.remeasure_first = false;
+  // Without the head to head, the candidate that ran in quiet times wins.
+  baseline_calls = 0;
+  settings.head_to_head = false;
   r = attn_tune::Tune(2, hooks, settings);
   EXPECT_EQ(r.winner, 1);
   EXPECT_EQ(r.candidates[0].samples.size(), 2u);
 }
 
 TEST(Tuner, TheWinnerMustBeatTheBaselineHeadToHeadByTheMargin) {
-  // Candidate 1 wins the first pass (a burst hit the baseline's samples);
-  // head to head, the two alternate and see the same conditions.
+  // Candidate 1 leads the rounds (a burst hit the baseline's samples); head
+  // to head, the two run in pairs, who runs first alternating.
   for (double head_to_head : {0.98, 0.90}) {
     SCOPED_TRACE(head_to_head);
-    std::vector<std::vector<double>> seq = {{2.0, 2.0, 1.0, 1.0},
-                                            {0.5, 0.5, head_to_head, head_to_head}};
-    std::vector<size_t> next(2, 0);
+    std::vector<size_t> calls(2, 0);
     std::vector<int> order;
     attn_tune::TunerHooks hooks;
     hooks.check = [](size_t) { return attn_tune::CheckOutcome{true, "", 0.0}; };
     hooks.time_once = [&](size_t i) {
       order.push_back(int(i));
-      return seq[i][next[i]++];
+      const bool in_rounds = calls[i]++ < 2;
+      return i == 0 ? (in_rounds ? 2.0 : 1.0) : (in_rounds ? 0.5 : head_to_head);
     };
     attn_tune::TunerSettings settings;
     settings.max_repeats = 2;
+    settings.pairs = 4;
     settings.min_gain = 0.03;
     const attn_tune::TunerResult r = attn_tune::Tune(2, hooks, settings);
     // 0.98 is within 3% of the baseline's 1.0: the baseline stays.
     EXPECT_EQ(r.winner, head_to_head < 0.97 ? 1 : 0);
-    EXPECT_EQ(order, (std::vector<int>{0, 0, 1, 1, 0, 1, 0, 1}));  // alternated
-    EXPECT_EQ(r.candidates[1].samples.size(), 4u);
-    EXPECT_DOUBLE_EQ(r.candidates[0].best, 1.0);  // scores from the head to head
-    EXPECT_DOUBLE_EQ(r.candidates[1].best, head_to_head);
+    ASSERT_EQ(order.size(), 12u);
+    EXPECT_EQ(std::vector<int>(order.begin() + 4, order.end()),
+              (std::vector<int>{0, 1, 1, 0, 0, 1, 1, 0}));
+    EXPECT_EQ(r.candidates[1].pairs, 4);
+    EXPECT_EQ(r.candidates[1].samples.size(), 6u);
+    EXPECT_DOUBLE_EQ(r.candidates[0].score, 1.0);  // scores from the head to head
+    EXPECT_DOUBLE_EQ(r.candidates[1].score, head_to_head);
   }
+}
+
+TEST(Tuner, ASpellOnTheDefaultDoesNotHandTheShapeToAOneThreadCandidate) {
+  // Fails on the old tuner: it picks candidate 1.
+  // What fooled attn-tune --quick: another process keeps a core busy for
+  // the first 50 s, and the two-thread default runs 3x slower meanwhile
+  // while the one-thread candidate 1 (1.6 s, 60% slower on a quiet
+  // machine) runs on the other core untouched. Candidate 2 (two threads,
+  // 1.3 s) is slowed too. The old tuner timed the default's samples and
+  // its whole head to head inside the spell; here the rounds still see the
+  // default slow, but the one-thread leader's longer head to head reaches
+  // the quiet machine, and the default's quiet samples show it faster.
+  FakeMachine m;
+  m.quiet = {1.0, 1.6, 1.3};
+  m.threads = {2, 1, 2};
+  m.spells = {{0.0, 50.0, 3.0, true}};
+  const attn_tune::TunerResult r = attn_tune::Tune(3, m.Hooks(), {});
+  EXPECT_EQ(r.leader, 1);
+  EXPECT_EQ(r.winner, 0);
+  const attn_tune::Measurement& one_thread = r.candidates[1];
+  EXPECT_EQ(one_thread.verdict, attn_tune::Verdict::kLostHeadToHead);
+  EXPECT_EQ(one_thread.threads, 1);
+  EXPECT_EQ(one_thread.pairs, 10);  // twice the pairs
+  EXPECT_LT(one_thread.pairs_won, 8);
+  EXPECT_NE(one_thread.reason.find("1 thread vs the baseline's 2"), std::string::npos)
+      << one_thread.reason;
+
+  // The fewer-threads rule is what keeps it: told every candidate runs two
+  // threads, the tuner's five plain pairs all fall in the spell (ratio
+  // 0.53) and the one-thread candidate wins.
+  FakeMachine unaware = m;
+  unaware.clock = 0.0;
+  unaware.order.clear();
+  attn_tune::TunerHooks hooks = unaware.Hooks();
+  hooks.threads_used = [](size_t) { return 2; };
+  EXPECT_EQ(attn_tune::Tune(3, hooks, {}).winner, 1);
+
+  // A longer spell (60 s) wins the one-thread candidate 7 of the 10 pairs
+  // and a median ratio of 0.53: the majority rule (8 of 10) and the fastest
+  // samples (the default's 1.0 s against 1.6 s) still keep the default.
+  FakeMachine longer = m;
+  longer.clock = 0.0;
+  longer.order.clear();
+  longer.spells[0].end = 60.0;
+  const attn_tune::TunerResult r2 = attn_tune::Tune(3, longer.Hooks(), {});
+  EXPECT_EQ(r2.winner, 0);
+  EXPECT_LT(r2.candidates[1].pair_ratio, 0.6);
+}
+
+TEST(Tuner, AFasterCandidateWinsThoughASpellCoveredItsSamples) {
+  // Fails on the old tuner: it keeps the default.
+  // Candidate 1 (two threads, like the default) is 20% faster; a spell
+  // slows every candidate 3x from 5 s to 17 s, just where the old tuner
+  // took candidate 1's samples back to back. Interleaved, the spell covers
+  // two of five rounds of both, and head to head both runs of a pair see it.
+  FakeMachine m;
+  m.quiet = {1.0, 0.8};
+  m.threads = {2, 2};
+  m.spells = {{5.0, 17.0, 3.0, false}};
+  const attn_tune::TunerResult r = attn_tune::Tune(2, m.Hooks(), {});
+  EXPECT_EQ(r.winner, 1);
+  EXPECT_DOUBLE_EQ(r.candidates[1].pair_ratio, 0.8);
+  EXPECT_DOUBLE_EQ(r.candidates[1].score, 0.8);
+}
+
+TEST(Tuner, AOneThreadCandidateThatIsMuchFasterStillWins) {
+  // Fails on the old tuner: it keeps the default.
+  // Small shapes: waking a second thread costs more than it saves, and the
+  // one-thread candidate 1 takes 0.4 s to the default's 1.0 s. A spell
+  // slowing everything 3x covers candidate 1's back-to-back samples in the
+  // old order (5 s to 12 s); here it wins every rule of the fewer-threads
+  // head to head.
+  FakeMachine m;
+  m.quiet = {1.0, 0.4};
+  m.threads = {2, 1};
+  m.spells = {{5.0, 12.0, 3.0, false}};
+  const attn_tune::TunerResult r = attn_tune::Tune(2, m.Hooks(), {});
+  EXPECT_EQ(r.winner, 1);
+  EXPECT_EQ(r.candidates[1].pairs, 10);
+  EXPECT_GE(r.candidates[1].pairs_won, 8);
+  EXPECT_NE(r.candidates[1].reason.find("beat the baseline"), std::string::npos)
+      << r.candidates[1].reason;
+}
+
+TEST(Tuner, AOneThreadCandidateNeedsTheLargerMargin) {
+  // Fails on the old tuner: it picks the one-thread candidate.
+  // 4% faster beats min_gain (3%) but not the fewer-threads margin (6%):
+  // a one-thread kernel keeps the place only when clearly faster, while a
+  // two-thread one with the same times wins.
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(threads);
+    FakeMachine m;
+    m.quiet = {1.0, 0.96};
+    m.threads = {2, threads};
+    const attn_tune::TunerResult r = attn_tune::Tune(2, m.Hooks(), {});
+    EXPECT_EQ(r.winner, threads == 1 ? 0 : 1);
+  }
+}
+
+TEST(Tuner, AOneThreadCandidateCannotWinAgainstADisturbedDefault) {
+  // Fails on the old tuner: it picks the one-thread candidate.
+  // Both cores busy the whole run: every call of the two-thread default
+  // waits for a core and takes 1.5 to 3 s (1 s on a quiet machine); the
+  // one-thread candidate, 1.2 s, waits less. It beats the default in every
+  // pair and even beats the default's fastest sample, but the default's
+  // typical time far above its own best shows the disturbance: no evidence
+  // for a quiet machine, so the default stays (the safe side).
+  int call = 0;
+  attn_tune::TunerHooks hooks;
+  hooks.check = [](size_t) { return attn_tune::CheckOutcome{true, "", 0.0}; };
+  hooks.time_once = [&](size_t i) {
+    const double jitter = std::fmod(0.618034 * ++call, 1.0);
+    return i == 0 ? 1.5 + 1.5 * jitter : 1.2;
+  };
+  hooks.threads_used = [](size_t i) { return i == 0 ? 2 : 1; };
+  const attn_tune::TunerResult r = attn_tune::Tune(2, hooks, {});
+  EXPECT_EQ(r.leader, 1);
+  EXPECT_EQ(r.winner, 0);
+  EXPECT_EQ(r.candidates[1].pairs_won, r.candidates[1].pairs);
+  EXPECT_NE(r.candidates[1].reason.find("needs <= 1.25x"), std::string::npos) << r.candidates[1].reason;
+}
+
+TEST(Tuner, ACoreBusyThroughoutIsCaughtByTheProbe) {
+  // Fails on the old tuner: it picks the one-thread candidate.
+  // The case attn-tune --quick met: another process keeps one core busy
+  // through the whole shape, so the two-thread default (1.0 s quiet) takes
+  // 3 s in every sample, evenly, and the one-thread candidate (1.6 s) wins
+  // every pair by the same ratio: every timing rule passes. The probe of
+  // the machine finds two threads taking 2x as long as one, so the default
+  // stays; on a quiet machine (probe 1.05x) a one-thread candidate that
+  // times like this would win.
+  for (double slowdown : {2.0, 1.05}) {
+    SCOPED_TRACE(slowdown);
+    FakeMachine m;
+    m.quiet = {1.0, 1.6};
+    m.threads = {2, 1};
+    m.spells = {{0.0, 1e9, 3.0, true}};
+    attn_tune::TunerHooks hooks = m.Hooks();
+    int probes = 0;
+    hooks.parallel_slowdown = [&](int threads) {
+      EXPECT_EQ(threads, 2);
+      ++probes;
+      return slowdown;
+    };
+    const attn_tune::TunerResult r = attn_tune::Tune(2, hooks, {});
+    EXPECT_EQ(r.winner, slowdown > 1.3 ? 0 : 1);
+    EXPECT_EQ(probes, 1);
+    EXPECT_EQ(r.candidates[1].pairs_won, r.candidates[1].pairs);
+    EXPECT_NE(r.candidates[1].reason.find("2 threads probed"), std::string::npos)
+        << r.candidates[1].reason;
+  }
+  // The probe is asked only when the timings say the fewer threads win
+  // (here 4% faster: not by the fewer-threads margin).
+  FakeMachine quiet;
+  quiet.quiet = {1.0, 0.96};
+  quiet.threads = {2, 1};
+  attn_tune::TunerHooks hooks = quiet.Hooks();
+  int probes = 0;
+  hooks.parallel_slowdown = [&](int) { return ++probes, 1.0; };
+  EXPECT_EQ(attn_tune::Tune(2, hooks, {}).winner, 0);
+  EXPECT_EQ(probes, 0);
+}
+
+TEST(Tuner, TriesTheNextChallengerWhenTheLeaderLoses) {
+  // Fails on the old tuner: it keeps the default (it met only the leader).
+  // The spell of the first test; candidate 2 (two threads) is really 10%
+  // faster than the default. The fooled one-thread leader loses its head
+  // to head; the next challenger, slowed as much as the default, wins its.
+  FakeMachine m;
+  m.quiet = {1.0, 1.6, 0.9};
+  m.threads = {2, 1, 2};
+  m.spells = {{0.0, 50.0, 3.0, true}};
+  attn_tune::TunerSettings settings;
+  settings.drop_ratio = 2.0;  // 2.7 s in the spell: not dropped against 1.6 s
+  const attn_tune::TunerResult r = attn_tune::Tune(3, m.Hooks(), settings);
+  EXPECT_EQ(r.leader, 1);
+  EXPECT_EQ(r.candidates[1].verdict, attn_tune::Verdict::kLostHeadToHead);
+  EXPECT_EQ(r.winner, 2);
 }
 
 TEST(Tuner, StopsAtTheBudgetButAlwaysMeasuresTheFirstCandidate) {
@@ -238,13 +512,28 @@ TEST(Tuner, StopsAtTheBudgetButAlwaysMeasuresTheFirstCandidate) {
   EXPECT_EQ(r.candidates[1].verdict, attn_tune::Verdict::kNotRun);
   EXPECT_EQ(r.candidates[2].verdict, attn_tune::Verdict::kNotRun);
 
-  // 2.5 s: candidate 0 (3 x 1 s) spends it all; the rest is skipped.
+  // 2.5 s: round 0 spends 1.6 s; round 1 ends when the budget does, which
+  // is at candidate 0's sample (the others' add up to only 0.6 s). The
+  // head to head then runs the one pair min_repeats asks for.
   settings.budget_seconds = 2.5;
   std::fill(timed.begin(), timed.end(), 0);
   r = attn_tune::Tune(3, FakeHooks({1.0, 0.5, 0.1}, {}, &timed), settings);
-  EXPECT_EQ(timed[0], 3);
-  EXPECT_EQ(timed[1], 0);
-  EXPECT_DOUBLE_EQ(r.spent_seconds, 3.0);
+  EXPECT_EQ(r.rounds, 2);
+  EXPECT_EQ(timed[0], 2 + 1);
+  EXPECT_EQ(r.candidates[2].pairs, 1);
+  EXPECT_EQ(r.winner, 2);
+  EXPECT_GE(r.spent_seconds, 2.5);
+  EXPECT_LE(r.spent_seconds, 1.6 + 1.6 + 1.1);
+
+  // Over budget, a one-thread challenger still gets the normal number of
+  // pairs (not one): fewer threads win only on evidence.
+  settings.pairs = 3;
+  FakeMachine m;
+  m.quiet = {1.0, 0.5};
+  m.threads = {2, 1};
+  r = attn_tune::Tune(2, m.Hooks(), settings);
+  EXPECT_EQ(r.candidates[1].pairs, 3);
+  EXPECT_EQ(r.winner, 1);
 }
 
 TEST(Tuner, CountsCheckTimeAgainstTheBudget) {
@@ -254,6 +543,20 @@ TEST(Tuner, CountsCheckTimeAgainstTheBudget) {
   settings.budget_seconds = 5.0;
   const attn_tune::TunerResult r = attn_tune::Tune(2, hooks, settings);
   EXPECT_EQ(r.candidates[1].verdict, attn_tune::Verdict::kNotRun);
+
+  // Checks stop once the time spent plus timing the checked candidates
+  // (drop_after samples each, at a check's cost) would pass the budget:
+  // 1 s checks, budget 5 s, 2 samples each: after two checks, 2 + 4 >= 5.
+  std::vector<int> checked(4, 0);
+  hooks = FakeHooks({0.1, 0.1, 0.1, 0.1});
+  hooks.check = [&](size_t i) {
+    checked[i] += 1;
+    return attn_tune::CheckOutcome{true, "", 1.0};
+  };
+  settings.drop_after = 2;
+  const attn_tune::TunerResult r2 = attn_tune::Tune(4, hooks, settings);
+  EXPECT_EQ(checked, (std::vector<int>{1, 1, 0, 0}));
+  EXPECT_EQ(r2.candidates[2].verdict, attn_tune::Verdict::kNotRun);
 }
 
 // ---- the attention layer: real runs and checks, fake timer --------------------------
@@ -329,6 +632,29 @@ TEST(ShapeTuner, FollowsTheTimerAndRejectsACorruptingCandidate) {
   EXPECT_DOUBLE_EQ(r.DefaultSeconds(), 2e-3);
   EXPECT_EQ(r.checked_rows, 48);  // small shape: every row checked
   EXPECT_FALSE(r.naive_extrapolated);
+}
+
+TEST(ShapeTuner, AKernelThatIsNotThreadedCountsAsOneThread) {
+  // Fails on the old tuner: it picks streaming at 0.96x.
+  // At two threads, the parallel default runs two threads and streaming
+  // one (the kernel table says which is threaded), so streaming must beat
+  // the default by the fewer-threads margin: 4% faster is not enough.
+  const attn_tune::TuneShape shape{64, 64, 32, false, 2};
+  std::vector<attn_tune::AttnCandidate> candidates;
+  candidates.push_back({KernelId::kParallel, Tiles{16, 64, 1}, true, {}});
+  candidates.push_back({KernelId::kStreaming, Tiles{16, 64, 1}, false, {}});
+  for (double streaming : {0.96e-3, 0.5e-3}) {
+    SCOPED_TRACE(streaming);
+    const attn_tune::ShapeResult r = attn_tune::TuneOneShape(
+        shape, {}, candidates, [&](const attn_tune::AttnCandidate& c) {
+          return c.kernel == KernelId::kStreaming ? streaming : 1e-3;
+        });
+    EXPECT_EQ(r.tuning.candidates[0].threads, 2);
+    EXPECT_EQ(r.tuning.candidates[1].threads, 1);
+    EXPECT_EQ(r.tuning.winner, streaming < 0.9e-3 ? 1 : 0);
+    EXPECT_DOUBLE_EQ(r.DefaultSeconds(), 1e-3);
+    EXPECT_DOUBLE_EQ(r.WinnerSeconds(), streaming < 0.9e-3 ? streaming : 1e-3);
+  }
 }
 
 TEST(ShapeTuner, SampledRowsCheckLargeCausalShapesAndCatchCorruption) {
@@ -800,6 +1126,18 @@ TEST_F(TuningTest, AutoFollowsTheTableExactlyAndByBucket) {
   std::remove(path.c_str());
 }
 
+// The problem (shape only, no data) that `in` describes, for ChooseAutoFrom.
+Problem ShapeOf(const internal::TileInputs& in, Causal causal = Causal::kNone) {
+  Problem p;
+  p.q_heads = p.kv_heads = in.heads;
+  p.q_len = in.q_len;
+  p.kv_len = in.kv_len;
+  p.head_dim = in.head_dim;
+  p.value_dim = in.value_dim;
+  p.causal = causal;
+  return p;
+}
+
 TEST(AutoChoice, TableMadeForAnotherTargetIsNotUsedAfterForcingOne) {
   internal::LoadedTable loaded{ThisMachineTable(), "/t.json"};
   internal::TileInputs in;
@@ -807,16 +1145,16 @@ TEST(AutoChoice, TableMadeForAnotherTargetIsNotUsedAfterForcingOne) {
   in.head_dim = in.value_dim = 32;
   in.threads = 1;
   in.panel_width = 16;
-  AutoChoice c = internal::ChooseAutoFrom(&loaded, loaded.table.target, in, Causal::kNone, {});
+  AutoChoice c = internal::ChooseAutoFrom(&loaded, loaded.table.target, ShapeOf(in), in, {});
   EXPECT_EQ(c.source, "table");
-  c = internal::ChooseAutoFrom(&loaded, "SOME_OTHER_TARGET", in, Causal::kNone, {});
+  c = internal::ChooseAutoFrom(&loaded, "SOME_OTHER_TARGET", ShapeOf(in), in, {});
   EXPECT_EQ(c.source, "default");
   EXPECT_NE(c.reason.find("'SOME_OTHER_TARGET'"), std::string::npos) << c.reason;
-  c = internal::ChooseAutoFrom(nullptr, "", in, Causal::kNone, {});
+  c = internal::ChooseAutoFrom(nullptr, "", ShapeOf(in), in, {});
   EXPECT_EQ(c.source, "default");
   EXPECT_NE(c.reason.find("no tuning table"), std::string::npos);
   // Hot calls skip the sentence.
-  c = internal::ChooseAutoFrom(&loaded, loaded.table.target, in, Causal::kNone, {}, false);
+  c = internal::ChooseAutoFrom(&loaded, loaded.table.target, ShapeOf(in), in, {}, false);
   EXPECT_EQ(c.reason, "");
   EXPECT_EQ(c.kernel, KernelId::kBlocked);
 }
@@ -828,7 +1166,7 @@ TEST(AutoChoice, NaiveFromABucketNeverMeetsAShapeItCannotHold) {
   in.q_len = in.kv_len = 200000;  // in the bucket, but 160 GB of scores
   in.head_dim = in.value_dim = 64;
   in.threads = 1;
-  const AutoChoice c = internal::ChooseAutoFrom(&loaded, loaded.table.target, in, Causal::kNone, {});
+  const AutoChoice c = internal::ChooseAutoFrom(&loaded, loaded.table.target, ShapeOf(in), in, {});
   EXPECT_EQ(c.source, "default");
   EXPECT_NE(c.kernel, KernelId::kNaive);
 }
@@ -841,11 +1179,11 @@ TEST(AutoChoice, SplitCountsHoldOnlyForTheHeadCountTheyWereTunedWith) {
   in.head_dim = in.value_dim = 64;
   in.threads = 2;
   in.panel_width = 16;
-  AutoChoice c = internal::ChooseAutoFrom(&loaded, loaded.table.target, in, Causal::kNone, {});
+  AutoChoice c = internal::ChooseAutoFrom(&loaded, loaded.table.target, ShapeOf(in), in, {});
   EXPECT_EQ(c.kernel, KernelId::kParallel);
   EXPECT_EQ(c.tiles.kv_splits, 4);
   in.heads = 32;  // 32 items already feed 2 threads: no split
-  c = internal::ChooseAutoFrom(&loaded, loaded.table.target, in, Causal::kNone, {});
+  c = internal::ChooseAutoFrom(&loaded, loaded.table.target, ShapeOf(in), in, {});
   EXPECT_EQ(c.kernel, KernelId::kParallel);
   EXPECT_EQ(c.tiles.kv_splits, internal::ChooseTiles(in).kv_splits);
   EXPECT_EQ(c.tiles.kv_block, 256);

@@ -37,10 +37,14 @@ bool RoundsTo(double x, int decimals, double published) {
 // x as a whole percent.
 long long Percent(double share) { return std::llround(share * 100.0); }
 
+// Every kernel of the table, and auto.
 const std::vector<KernelId>& AllKernels() {
-  static const std::vector<KernelId> kernels = {KernelId::kNaive, KernelId::kBlocked,
-                                                KernelId::kStreaming, KernelId::kParallel,
-                                                KernelId::kAuto};
+  static const std::vector<KernelId> kernels = [] {
+    std::vector<KernelId> ids;
+    for (const KernelInfo& k : Kernels()) ids.push_back(k.id);
+    ids.push_back(KernelId::kAuto);
+    return ids;
+  }();
   return kernels;
 }
 

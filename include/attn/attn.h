@@ -123,9 +123,34 @@ enum class KernelId {
   kStreaming,  // SIMD online softmax (flash attention), O(tile) memory
   kParallel,   // OpenMP over heads x query blocks, split-KV for decode
 };
+// "auto" or the kernel's name in Kernels().
 const char* KernelName(KernelId id);
-// Parses "auto", "naive", "blocked", "streaming", "parallel"; throws Error.
+// Parses "auto" or a kernel's name; throws Error listing the names.
 KernelId ParseKernel(const std::string& name);
+
+// What a kernel is, as the kernel table (dispatch/kernel_table.cc) lists it
+// once: tests, the tuner, attn-bench and the Python package all follow it.
+struct KernelInfo {
+  KernelId id = KernelId::kNaive;
+  const char* name = "";     // KernelName(id); tuning files, Python, attn-bench rows
+  const char* summary = "";  // one line
+  bool simd = true;          // false: scalar code (slow; benchmarks keep its shapes small)
+  bool threaded = false;     // runs Options::threads threads; the others run one
+  // The Tiles fields it reads (the tuner varies only these).
+  bool uses_q_block = false, uses_kv_block = false, uses_kv_splits = false;
+};
+// Every kernel once (kAuto is not one), in the table's order: fastest first.
+// `auto` without a tuning table runs the first that supports the problem (a
+// threaded one only with more than one thread); naive, the simple reference
+// every other kernel is tested against, is last.
+const std::vector<KernelInfo>& Kernels();
+// The entry of `id`; throws Error (field "kernel") for kAuto or a value
+// outside the enum.
+const KernelInfo& GetKernelInfo(KernelId id);
+// Whether `kernel` can compute `problem` (one that attention() accepts); if
+// not and `why` is given, a sentence saying why (e.g. the naive kernel's
+// score matrix would exceed 1 GiB). kAuto supports every valid problem.
+bool KernelSupports(KernelId kernel, const Problem& problem, std::string* why = nullptr);
 
 // Tile and loop parameters of the SIMD kernels. Zero fields mean "choose the
 // default for this shape and target" (attn::DefaultTiles).

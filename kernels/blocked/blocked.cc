@@ -17,7 +17,7 @@
 
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
-#include "kernels/blocked/blocked.h"
+#include "kernels/kernel.h"
 #include "kernels/common/microkernels-inl.h"
 #include "kernels/common/softmax-inl.h"
 

@@ -5,8 +5,9 @@
 // O = P·V. Memory traffic: S is written and read twice (4·T_q·T_k bytes per
 // pass), K and V are re-read from memory for every query row. It is the
 // simple, obviously right baseline that every other kernel is tested and
-// benchmarked against; it is not dispatched per SIMD target on purpose.
-#include "kernels/naive/naive.h"
+// benchmarked against; it is not dispatched per SIMD target on purpose. It
+// declines score matrices over 1 GiB (dispatch/kernel_table.cc).
+#include "kernels/kernel.h"
 
 #include <cmath>
 #include <limits>
@@ -72,15 +73,6 @@ void NaiveHead(const HeadView& h, std::vector<float>& scores) {
 }
 
 }  // namespace
-
-int64_t NaiveScratchBytes(int64_t q_len, int64_t kv_len) {
-  int64_t bytes;
-  if (__builtin_mul_overflow(q_len, kv_len, &bytes) ||
-      __builtin_mul_overflow(bytes, int64_t{sizeof(float)}, &bytes)) {
-    return std::numeric_limits<int64_t>::max();
-  }
-  return bytes;
-}
 
 void NaiveAttention(const Problem& p, const RunConfig&) {
   std::vector<float> scores;

@@ -34,7 +34,7 @@
 #include "kernels/common/merge.h"
 #include "kernels/common/microkernels-inl.h"
 #include "kernels/common/softmax-inl.h"
-#include "kernels/parallel/parallel.h"
+#include "kernels/kernel.h"
 #include "kernels/streaming/streaming-inl.h"
 
 #ifndef ATTN_KERNELS_PARALLEL_TARGET_DEFINED_

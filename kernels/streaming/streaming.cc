@@ -5,6 +5,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include "hwy/highway.h"
+#include "kernels/kernel.h"
 #include "kernels/common/microkernels-inl.h"
 #include "kernels/common/softmax-inl.h"
 #include "kernels/streaming/streaming-inl.h"
@@ -21,8 +22,6 @@ void StreamingAttentionImpl(const Problem& p, const internal::RunConfig& config)
   for (int64_t i = 0; i < views.size(); ++i) StreamingHead(views[i], config.tiles, scratch);
 }
 
-int PanelWidthImpl() { return int(PanelWidth()); }
-
 }  // namespace HWY_NAMESPACE
 }  // namespace attn
 HWY_AFTER_NAMESPACE();
@@ -30,13 +29,11 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace attn {
 HWY_EXPORT(StreamingAttentionImpl);
-HWY_EXPORT(PanelWidthImpl);
 
 namespace internal {
 void StreamingAttention(const Problem& p, const RunConfig& config) {
   HWY_DYNAMIC_DISPATCH(StreamingAttentionImpl)(p, config);
 }
-int PanelWidth() { return HWY_DYNAMIC_DISPATCH(PanelWidthImpl)(); }
 }  // namespace internal
 }  // namespace attn
 #endif  // HWY_ONCE

@@ -21,6 +21,7 @@ from ._attn import (
     default_tuning_path,
     explain,
     force_target,
+    kernels,
     load_tuning_file,
     supported_targets,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "default_tuning_path",
     "explain",
     "force_target",
+    "kernels",
     "load_tuning_file",
     "supported_targets",
 ]

@@ -7,7 +7,16 @@ import pytest
 
 import attn
 
-KERNELS = ["auto", "naive", "blocked", "streaming", "parallel"]
+# Every kernel of the library's table, and auto: a new kernel is tested here
+# without an edit.
+KERNELS = ["auto"] + attn.kernels()
+
+
+def test_the_kernel_table_is_listed_once_with_naive_last():
+    names = attn.kernels()
+    assert len(names) == len(set(names)) and "auto" not in names
+    assert names[-1] == "naive"
+    assert {"naive", "blocked", "streaming", "parallel"} <= set(names)
 
 
 def reference(q, k, v, causal="none", scale=None, mask=None):

@@ -189,12 +189,12 @@ std::vector<Options> KernelRuns(FuzzedDataProvider& in) {
     o.tiles = t;
     runs.push_back(o);
   };
+  // auto, and every kernel of the table (threaded ones on 1 and 2 threads).
   add(KernelId::kAuto, 0);
-  add(KernelId::kNaive, 1);
-  add(KernelId::kBlocked, 1);
-  add(KernelId::kStreaming, 1);
-  add(KernelId::kParallel, 1);
-  add(KernelId::kParallel, 2);
+  for (const KernelInfo& k : Kernels()) {
+    add(k.id, 1);
+    if (k.threaded) add(k.id, 2);
+  }
   return runs;
 }
 
@@ -396,8 +396,17 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
-  const std::vector<std::string> targets = SupportedTargets();
-  ForceTarget(targets[in.ConsumeIntegralInRange<size_t>(0, targets.size() - 1)]);
+  // The target: an index into CompiledTargets(), the same list on every CPU
+  // (AVX3 AVX2 SSE4 SSSE3 EMU128 on x86), so that an input (a corpus file, a
+  // crash reproducer) runs the same target wherever that CPU has it; an
+  // index into SupportedTargets() (4 entries on AVX2, 5 on AVX-512) would
+  // pick different ones. A target this CPU lacks falls back to "auto", the
+  // best it supports, so the input still runs, deterministically.
+  const std::vector<std::string> compiled = CompiledTargets();
+  const std::vector<std::string> supported = SupportedTargets();
+  const std::string& target = compiled[in.ConsumeIntegralInRange<size_t>(0, compiled.size() - 1)];
+  const bool here = std::find(supported.begin(), supported.end(), target) != supported.end();
+  ForceTarget(here ? target : "auto");
 
   Decoded x;
   std::vector<Options> runs = KernelRuns(in);

@@ -213,6 +213,8 @@ int Tune(const Args& args) {
     attn_tune::ShapeTuneSettings settings;
     settings.quick = args.quick;
     settings.heads = args.heads;
+    // Rounds; the head to head keeps its 5 pairs (10 for a challenger that
+    // runs fewer threads than the default: see tools/tune/tuner.h).
     settings.tuner.max_repeats = args.quick ? 3 : 5;
     // Over budget, one sample will do: at T = 16k a call takes seconds, and
     // the check run before it has already warmed the caches.
@@ -236,9 +238,10 @@ int Tune(const Args& args) {
         wrong.push_back(shape.Name() + ": " + r.candidates[c].Label() + ": " + m.reason);
       }
       if (args.verbose) {
-        fmt::print(stderr, "    {:<34} {:<17} best {:9.3f} ms  median {:9.3f} ms  {}\n",
+        fmt::print(stderr, "    {:<34} {:<17} score {:9.3f} ms  fastest {:9.3f} ms  {} sample{}  {}\n",
                    r.candidates[c].Label() + (r.candidates[c].is_default ? " (default)" : ""),
-                   attn_tune::VerdictName(m.verdict), 1e3 * m.best, 1e3 * m.median, m.reason);
+                   attn_tune::VerdictName(m.verdict), 1e3 * m.score, 1e3 * m.best,
+                   m.samples.size(), m.samples.size() == 1 ? "" : "s", m.reason);
       }
     }
     if (args.verbose) {

@@ -29,12 +29,16 @@ std::string Escape(const std::string& s) {
   return out;
 }
 
+// One colour per kernel, by its place in the kernel table (a palette of
+// distinct hues; grey for a name the table does not have).
 std::string Color(const std::string& kernel) {
-  if (kernel == "naive") return "#7f7f7f";
-  if (kernel == "blocked") return "#1f77b4";
-  if (kernel == "streaming") return "#2ca02c";
-  if (kernel == "parallel") return "#d62728";
-  return "#9467bd";
+  static const char* const kPalette[] = {"#d62728", "#2ca02c", "#1f77b4", "#7f7f7f",
+                                         "#ff7f0e", "#9467bd", "#8c564b", "#e377c2"};
+  const std::vector<attn::KernelInfo>& kernels = attn::Kernels();
+  for (size_t i = 0; i < kernels.size(); ++i) {
+    if (kernel == kernels[i].name) return kPalette[i % (sizeof(kPalette) / sizeof(kPalette[0]))];
+  }
+  return "#bcbd22";
 }
 
 std::string LengthText(int64_t t) {
@@ -141,8 +145,8 @@ std::string RenderReport(const TuningTable& table) {
       Escape(table.cpu_model), Escape(table.target), Escape(table.library_version), table.heads,
       Escape(table.created));
   html += "<p class='key'>Best configuration of each kernel:";
-  for (const char* k : {"naive", "blocked", "streaming", "parallel"}) {
-    html += fmt::format("<span style='background:{}'></span>{}", Color(k), k);
+  for (const attn::KernelInfo& k : attn::Kernels()) {
+    html += fmt::format("<span style='background:{}'></span>{}", Color(k.name), k.name);
   }
   html += "<span style='background:#000'></span>measured FP32 FMA peak (dashed)</p>\n";
 

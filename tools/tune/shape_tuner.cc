@@ -1,12 +1,14 @@
 #include "tools/tune/shape_tuner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cfloat>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <random>
 #include <set>
+#include <thread>
 #include <tuple>
 
 #include "attn/tuning.h"
@@ -34,8 +36,6 @@ constexpr double kMaxReferencePairs = double(1 << 21);
 // Sampled rows: blocks at the start, middle and end of the queries, where
 // query-block edges, causal diagonals and split-KV remainders differ.
 constexpr int kSampleBlocks = 3;
-// Naive materialises T_q x T_k scores per head; more than this is not run.
-constexpr double kNaiveMaxScoreBytes = double(int64_t{1} << 30);
 
 using Clock = std::chrono::steady_clock;
 
@@ -53,6 +53,18 @@ double VisiblePairs(const TuneShape& s, int64_t row_begin, int64_t row_end) {
   double pairs = 0.0;
   for (int64_t i = row_begin; i < row_end; ++i) pairs += double(VisibleKeys(s, i));
   return pairs;
+}
+
+// The shape as a problem without data: what KernelSupports and
+// ExplainChoice read.
+attn::Problem ShapeOnly(const TuneShape& s, int heads) {
+  attn::Problem shape;
+  shape.q_heads = shape.kv_heads = heads;
+  shape.q_len = s.q_len;
+  shape.kv_len = s.kv_len;
+  shape.head_dim = s.head_dim;
+  shape.causal = s.causal ? attn::Causal::kBottomRight : attn::Causal::kNone;
+  return shape;
 }
 
 struct RowBlock {
@@ -105,7 +117,7 @@ bool FullReferenceAffordable(const TuneShape& s, int heads) {
   const double pairs = double(s.q_len) * double(s.kv_len);
   const double flops = 4.0 * pairs * double(s.head_dim) * heads;
   return flops <= kFullReferenceFlops && pairs <= kMaxReferencePairs &&
-         4.0 * pairs <= kNaiveMaxScoreBytes;
+         attn::KernelSupports(attn::KernelId::kNaive, ShapeOnly(s, heads));
 }
 
 Reference ComputeReference(const TuneShape& s, TuningProblem& tp) {
@@ -200,18 +212,56 @@ std::string CompareWithReference(const TuneShape& s, const TuningProblem& tp, co
   return "";
 }
 
-int RelevantFieldsDiffering(const AttnCandidate& c, const attn::Tiles& d) {
-  switch (c.kernel) {
-    case attn::KernelId::kBlocked:  // walks one panel at a time: no q_block
-      return int(c.tiles.kv_block != d.kv_block);
-    case attn::KernelId::kStreaming:
-      return int(c.tiles.q_block != d.q_block) + int(c.tiles.kv_block != d.kv_block);
-    case attn::KernelId::kParallel:
-      return int(c.tiles.q_block != d.q_block) + int(c.tiles.kv_block != d.kv_block) +
-             int(c.tiles.kv_splits != d.kv_splits);
-    default:
-      return 0;
+// The tuner's parallel_slowdown probe: how many times longer `threads`
+// threads take to each run a fixed dependent chain of arithmetic (a few ms
+// on one core) than one thread alone at its fastest this process has seen:
+// about 1 when every thread has a core to itself, about 2 when another
+// process keeps one of two cores busy. The median of three tries, each a
+// one-thread run then a `threads` run. The tuner asks only when a
+// one-thread candidate is about to displace a threaded default.
+constexpr int kProbeSteps = 1 << 20;
+std::atomic<double> g_probe_sink{0.0};
+
+double ProbeSpin() {
+  const auto t0 = Clock::now();
+  // Started from the sink, or the compiler computes the chain itself.
+  double x = 1.0 + 1e-300 * g_probe_sink.load(std::memory_order_relaxed);
+  for (int i = 0; i < kProbeSteps; ++i) x = x * 0.999999 + 1e-6;
+  g_probe_sink.store(x, std::memory_order_relaxed);
+  return Seconds(t0, Clock::now());
+}
+
+double ParallelSlowdown(int threads) {
+  static double fastest_single = std::numeric_limits<double>::infinity();
+  // Let the kernels' OpenMP workers finish spinning and sleep.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  std::vector<double> ratios;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    fastest_single = std::min(fastest_single, ProbeSpin());
+    const auto t0 = Clock::now();
+    std::vector<std::thread> others;
+    for (int t = 1; t < threads; ++t) others.emplace_back([] { ProbeSpin(); });
+    ProbeSpin();
+    for (std::thread& t : others) t.join();
+    ratios.push_back(Seconds(t0, Clock::now()) / fastest_single);
   }
+  return RobustSeconds(ratios);
+}
+
+// Tile fields the candidate's kernel reads that differ from the default's.
+int RelevantFieldsDiffering(const AttnCandidate& c, const attn::Tiles& d) {
+  const attn::KernelInfo& k = attn::GetKernelInfo(c.kernel);
+  return int(k.uses_q_block && c.tiles.q_block != d.q_block) +
+         int(k.uses_kv_block && c.tiles.kv_block != d.kv_block) +
+         int(k.uses_kv_splits && c.tiles.kv_splits != d.kv_splits);
+}
+
+// The candidate's identity: its kernel and the tile fields that kernel reads.
+std::tuple<int, int, int, int> CandidateKey(const AttnCandidate& c) {
+  const attn::KernelInfo& k = attn::GetKernelInfo(c.kernel);
+  return std::make_tuple(int(c.kernel), k.uses_q_block ? c.tiles.q_block : 0,
+                         k.uses_kv_block ? c.tiles.kv_block : 0,
+                         k.uses_kv_splits ? c.tiles.kv_splits : 0);
 }
 
 }  // namespace
@@ -222,18 +272,12 @@ std::string TuneShape::Name() const {
 }
 
 std::string AttnCandidate::Label() const {
-  const std::string name = attn::KernelName(kernel);
-  switch (kernel) {
-    case attn::KernelId::kBlocked:
-      return name + " kv=" + std::to_string(tiles.kv_block);
-    case attn::KernelId::kStreaming:
-      return name + " q=" + std::to_string(tiles.q_block) + " kv=" + std::to_string(tiles.kv_block);
-    case attn::KernelId::kParallel:
-      return name + " q=" + std::to_string(tiles.q_block) + " kv=" + std::to_string(tiles.kv_block) +
-             " split=" + std::to_string(tiles.kv_splits);
-    default:
-      return name;
-  }
+  const attn::KernelInfo& k = attn::GetKernelInfo(kernel);
+  std::string label = k.name;
+  if (k.uses_q_block) label += " q=" + std::to_string(tiles.q_block);
+  if (k.uses_kv_block) label += " kv=" + std::to_string(tiles.kv_block);
+  if (k.uses_kv_splits) label += " split=" + std::to_string(tiles.kv_splits);
+  return label;
 }
 
 bool NaiveIsCandidate(const TuneShape& shape, int heads) {
@@ -246,14 +290,8 @@ double ShapeFlops(const TuneShape& s, int heads) {
 
 std::vector<AttnCandidate> EnumerateCandidates(const TuneShape& s, int heads, bool quick,
                                                bool include_naive) {
-  using attn::KernelId;
   // What `auto` runs without a table (attn-tune clears any table first).
-  attn::Problem shape;
-  shape.q_heads = shape.kv_heads = heads;
-  shape.q_len = s.q_len;
-  shape.kv_len = s.kv_len;
-  shape.head_dim = s.head_dim;
-  shape.causal = s.causal ? attn::Causal::kBottomRight : attn::Causal::kNone;
+  const attn::Problem shape = ShapeOnly(s, heads);
   attn::Options auto_options;
   auto_options.threads = s.threads;
   const attn::AutoChoice def = attn::ExplainChoice(shape, auto_options);
@@ -278,40 +316,35 @@ std::vector<AttnCandidate> EnumerateCandidates(const TuneShape& s, int heads, bo
     return splits;
   };
 
+  // Every kernel of the table that takes the shape, over the tile fields
+  // it reads (the others stay at the default's). Single-threaded kernels
+  // compete at every thread count: for small shapes the cost of waking
+  // threads exceeds the work. The scalar kernel (naive) only when
+  // `include_naive`; threaded ones only with more than one thread.
   std::vector<AttnCandidate> all;
-  auto add = [&](KernelId kernel, int q_block, int kv_block, int kv_splits) {
-    AttnCandidate c{kernel, attn::Tiles{q_block, kv_block, kv_splits}, false, {}};
-    all.push_back(c);
-  };
-  if (include_naive) add(KernelId::kNaive, def.tiles.q_block, def.tiles.kv_block, 1);
-  // Single-threaded kernels compete at every thread count: for small shapes
-  // the cost of waking threads exceeds the work.
-  for (int kv : kv_blocks) add(KernelId::kBlocked, def.tiles.q_block, kv, def.tiles.kv_splits);
-  for (int qb : q_blocks) {
-    for (int kv : kv_blocks) add(KernelId::kStreaming, qb, kv, def.tiles.kv_splits);
-  }
-  if (s.threads > 1) {
-    for (int qb : q_blocks) {
-      for (int kv : kv_blocks) {
-        for (int sp : splits_for(qb)) add(KernelId::kParallel, qb, kv, sp);
+  for (const attn::KernelInfo& k : attn::Kernels()) {
+    if (!k.simd && !include_naive) continue;
+    if (k.threaded && s.threads <= 1) continue;
+    if (!attn::KernelSupports(k.id, shape)) continue;
+    const std::vector<int> qs = k.uses_q_block ? std::vector<int>(q_blocks.begin(), q_blocks.end())
+                                               : std::vector<int>{def.tiles.q_block};
+    const std::vector<int> kvs = k.uses_kv_block ? kv_blocks : std::vector<int>{def.tiles.kv_block};
+    for (int qb : qs) {
+      const std::vector<int> splits =
+          k.uses_kv_splits ? splits_for(qb) : std::vector<int>{def.tiles.kv_splits};
+      for (int kv : kvs) {
+        for (int sp : splits) {
+          all.push_back(AttnCandidate{k.id, attn::Tiles{qb, kv, sp}, false, {}});
+        }
       }
     }
   }
   // Drop duplicates of the default, and of each other in the fields the
   // kernel uses.
-  auto key = [](const AttnCandidate& c) {
-    const attn::Tiles& t = c.tiles;
-    switch (c.kernel) {
-      case KernelId::kNaive: return std::make_tuple(int(c.kernel), 0, 0, 0);
-      case KernelId::kBlocked: return std::make_tuple(int(c.kernel), 0, t.kv_block, 0);
-      case KernelId::kStreaming: return std::make_tuple(int(c.kernel), t.q_block, t.kv_block, 0);
-      default: return std::make_tuple(int(c.kernel), t.q_block, t.kv_block, t.kv_splits);
-    }
-  };
-  std::set<std::tuple<int, int, int, int>> seen{key(default_candidate)};
+  std::set<std::tuple<int, int, int, int>> seen{CandidateKey(default_candidate)};
   std::vector<AttnCandidate> unique;
   for (const AttnCandidate& c : all) {
-    if (seen.insert(key(c)).second) unique.push_back(c);
+    if (seen.insert(CandidateKey(c)).second) unique.push_back(c);
   }
   std::stable_sort(unique.begin(), unique.end(), [&](const AttnCandidate& a, const AttnCandidate& b) {
     return RelevantFieldsDiffering(a, def.tiles) < RelevantFieldsDiffering(b, def.tiles);
@@ -323,7 +356,7 @@ std::vector<AttnCandidate> EnumerateCandidates(const TuneShape& s, int heads, bo
 double ShapeResult::DefaultSeconds() const {
   if (default_index < 0) return 0.0;
   const Measurement& m = tuning.candidates[size_t(default_index)];
-  return m.samples.empty() ? 0.0 : m.best;
+  return m.samples.empty() ? 0.0 : m.score;
 }
 
 std::map<std::string, double> ShapeResult::KernelBestSeconds() const {
@@ -333,7 +366,7 @@ std::map<std::string, double> ShapeResult::KernelBestSeconds() const {
     if (m.samples.empty() || m.verdict == Verdict::kWrong) continue;
     const std::string name = attn::KernelName(candidates[i].kernel);
     const auto it = best.find(name);
-    if (it == best.end() || m.best < it->second) best[name] = m.best;
+    if (it == best.end() || m.score < it->second) best[name] = m.score;
   }
   return best;
 }
@@ -364,10 +397,6 @@ ShapeResult TuneOneShape(const TuneShape& shape, const ShapeTuneSettings& settin
       attn::attention(tp.problem, options);
     }
   };
-  // Calls per timed sample, fixed from the first sample of the shape so
-  // that every candidate is timed the same way.
-  int calls_per_sample = 0;
-
   TunerHooks hooks;
   hooks.check = [&](size_t i) {
     if (settings.on_candidate) settings.on_candidate(i, candidates.size());
@@ -386,18 +415,30 @@ ShapeResult TuneOneShape(const TuneShape& shape, const ShapeTuneSettings& settin
     outcome.correct = outcome.reason.empty();
     return outcome;
   };
+  // A sample repeats calls until it lasts min_sample_seconds (at least one
+  // call): every candidate is timed over the same wall time, whatever its
+  // speed, and a candidate slowed a thousandfold by a descheduled thread
+  // costs one call, not a count of calls fixed from a fast one.
   hooks.time_once = [&](size_t i) {
     if (fake_timer) return fake_timer(candidates[i]);
-    if (calls_per_sample == 0) {
-      const auto t0 = Clock::now();
-      run(i);
-      const double once = std::max(1e-7, Seconds(t0, Clock::now()));
-      calls_per_sample = int(std::clamp(std::ceil(settings.min_sample_seconds / once), 1.0, 1e5));
-    }
     const auto t0 = Clock::now();
-    for (int n = 0; n < calls_per_sample; ++n) run(i);
-    return Seconds(t0, Clock::now()) / calls_per_sample;
+    int calls = 0;
+    double elapsed = 0.0;
+    do {
+      run(i);
+      ++calls;
+      elapsed = Seconds(t0, Clock::now());
+    } while (elapsed < settings.min_sample_seconds);
+    return elapsed / calls;
   };
+  // What the fewer-threads rule compares: a kernel that is not threaded
+  // runs one thread whatever Options::threads says.
+  hooks.threads_used = [&](size_t i) {
+    return attn::GetKernelInfo(candidates[i].kernel).threaded ? shape.threads : 1;
+  };
+  // A wall-clock probe, so not with a fake timer (whose timings it would
+  // be judging).
+  if (!fake_timer) hooks.parallel_slowdown = ParallelSlowdown;
   result.tuning = Tune(candidates.size(), hooks, settings.tuner);
   for (size_t i = 0; i < candidates.size(); ++i) {
     if (candidates[i].is_default) {
@@ -409,7 +450,7 @@ ShapeResult TuneOneShape(const TuneShape& shape, const ShapeTuneSettings& settin
   for (size_t i = 0; i < candidates.size(); ++i) {
     const Measurement& m = result.tuning.candidates[i];
     if (candidates[i].kernel == attn::KernelId::kNaive && !m.samples.empty()) {
-      result.naive_seconds = m.best;
+      result.naive_seconds = m.score;
       result.naive_extrapolated = false;
     }
   }

@@ -74,15 +74,17 @@ struct ShapeResult {
 
   bool HasWinner() const { return tuning.winner >= 0; }
   const AttnCandidate& Winner() const { return candidates[size_t(tuning.winner)]; }
-  double WinnerSeconds() const { return tuning.candidates[size_t(tuning.winner)].best; }
+  // Seconds per call are the tuner's scores (robust, not the fastest sample).
+  double WinnerSeconds() const { return tuning.candidates[size_t(tuning.winner)].score; }
   double DefaultSeconds() const;  // 0 when the default was not timed
   double Gflops(double seconds) const { return seconds > 0 ? flops / seconds * 1e-9 : 0.0; }
-  // Best seconds per kernel name over its timed (or dropped) candidates.
+  // Best score per kernel name over its timed (or dropped) candidates.
   std::map<std::string, double> KernelBestSeconds() const;
 };
 
 // Tunes one shape. `fake_timer`, when set, replaces the wall clock (the
-// candidates still run and are checked: only the timing is faked).
+// candidates still run and are checked: only the timing is faked, and the
+// tuner's parallel_slowdown probe of the machine is left out).
 ShapeResult TuneOneShape(const TuneShape& shape, const ShapeTuneSettings& settings,
                          std::vector<AttnCandidate> candidates,
                          const std::function<double(const AttnCandidate&)>& fake_timer = {});

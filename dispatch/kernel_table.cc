@@ -1,0 +1,175 @@
+// The kernel table: the one place that lists every kernel. Adding a kernel
+// is a row here, its KernelId enumerator (attn/attn.h) and attn_kernel_t
+// value (attn/attn_c.h), and its directory under kernels/ (CMake picks up
+// kernels/*/*.cc); the tests, the tuner, attn-bench, the C API and the
+// Python package follow the table.
+#include "dispatch/kernel_table.h"
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "attn/attn_c.h"
+
+namespace attn::internal {
+
+// Each kernel's entry points (kernels/<name>/<name>.cc).
+void ParallelAttention(const Problem& problem, const RunConfig& config);
+void StreamingAttention(const Problem& problem, const RunConfig& config);
+void BlockedAttention(const Problem& problem, const RunConfig& config);
+void NaiveAttention(const Problem& problem, const RunConfig& config);
+
+namespace {
+
+std::string DeclinesNothing(const Problem&) { return ""; }
+
+// The naive kernel materialises T_q x T_k float scores per head: above
+// 1 GiB it declines rather than exhaust memory (streaming needs O(tile)).
+constexpr int64_t kNaiveMaxScoreBytes = int64_t{1} << 30;
+std::string NaiveDeclines(const Problem& p) {
+  int64_t bytes;
+  const bool overflow = __builtin_mul_overflow(p.q_len, p.kv_len, &bytes) ||
+                        __builtin_mul_overflow(bytes, int64_t{sizeof(float)}, &bytes);
+  if (!overflow && bytes <= kNaiveMaxScoreBytes) return "";
+  return "kernel naive would materialise " + std::to_string(p.q_len) + " x " +
+         std::to_string(p.kv_len) + " scores (over " + std::to_string(kNaiveMaxScoreBytes >> 20) +
+         " MiB); use streaming or auto";
+}
+
+KernelInfo Info(KernelId id, const char* name, const char* summary, bool simd, bool threaded,
+                bool q_block, bool kv_block, bool kv_splits) {
+  KernelInfo i;
+  i.id = id;
+  i.name = name;
+  i.summary = summary;
+  i.simd = simd;
+  i.threaded = threaded;
+  i.uses_q_block = q_block;
+  i.uses_kv_block = kv_block;
+  i.uses_kv_splits = kv_splits;
+  return i;
+}
+
+// Fastest first; the order is the default rule's (DefaultKernel).
+//                 id                   name         summary
+//                 simd   threaded  q_block kv_block kv_splits
+const std::vector<KernelImpl>& Table() {
+  static const std::vector<KernelImpl> table = {
+      {Info(KernelId::kParallel, "parallel",
+            "the streaming kernel over OpenMP threads; split-KV when items are few",
+            true, true, true, true, true),
+       ATTN_KERNEL_PARALLEL, &DeclinesNothing, &ParallelAttention},
+      {Info(KernelId::kStreaming, "streaming",
+            "SIMD online softmax (flash attention), O(tile) memory, one thread",
+            true, false, true, true, false),
+       ATTN_KERNEL_STREAMING, &DeclinesNothing, &StreamingAttention},
+      {Info(KernelId::kBlocked, "blocked",
+            "SIMD, whole score rows of one query panel, exact two-pass softmax",
+            true, false, false, true, false),
+       ATTN_KERNEL_BLOCKED, &DeclinesNothing, &BlockedAttention},
+      {Info(KernelId::kNaive, "naive",
+            "scalar float32, materialises the T_q x T_k scores: the simple reference",
+            false, false, false, false, false),
+       ATTN_KERNEL_NAIVE, &NaiveDeclines, &NaiveAttention},
+  };
+  return table;
+}
+
+}  // namespace
+
+const std::vector<KernelImpl>& KernelImpls() { return Table(); }
+
+const KernelImpl& ImplFor(KernelId id, const Problem& problem) {
+  std::string why;
+  for (const KernelImpl& row : Table()) {
+    if (row.info.id != id) continue;
+    std::string declined = row.declines(problem);
+    if (declined.empty()) return row;
+    if (why.empty()) why = declined;
+  }
+  const KernelInfo& info = GetKernelInfo(id);  // throws for kAuto / unknown
+  throw Error("kernel", info.name, "attn: " + why + ", got " + info.name);
+}
+
+KernelId DefaultKernel(const Problem& problem, int threads) {
+  for (const KernelImpl& row : Table()) {
+    if (row.info.threaded && threads <= 1) continue;
+    if (row.declines(problem).empty()) return row.info.id;
+  }
+  return KernelId::kStreaming;  // declines nothing
+}
+
+bool KernelFromC(long long value, KernelId* id) {
+  if (value == ATTN_KERNEL_AUTO) {
+    *id = KernelId::kAuto;
+    return true;
+  }
+  for (const KernelImpl& row : Table()) {
+    if (row.c_value == value) {
+      *id = row.info.id;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace attn::internal
+
+namespace attn {
+
+const std::vector<KernelInfo>& Kernels() {
+  // One entry per kernel id, in the order of its first row.
+  static const std::vector<KernelInfo> kernels = [] {
+    std::vector<KernelInfo> out;
+    for (const internal::KernelImpl& row : internal::Table()) {
+      bool seen = false;
+      for (const KernelInfo& k : out) seen = seen || k.id == row.info.id;
+      if (!seen) out.push_back(row.info);
+    }
+    return out;
+  }();
+  return kernels;
+}
+
+const KernelInfo& GetKernelInfo(KernelId id) {
+  for (const KernelInfo& k : Kernels()) {
+    if (k.id == id) return k;
+  }
+  const std::string value =
+      id == KernelId::kAuto ? "auto" : std::to_string(static_cast<int>(id));
+  throw Error("kernel", value, "attn: kernel must name one kernel of the table, got " + value);
+}
+
+bool KernelSupports(KernelId kernel, const Problem& problem, std::string* why) {
+  if (kernel == KernelId::kAuto) return true;
+  GetKernelInfo(kernel);  // throws for a value outside the enum
+  std::string first;
+  for (const internal::KernelImpl& row : internal::Table()) {
+    if (row.info.id != kernel) continue;
+    const std::string declined = row.declines(problem);
+    if (declined.empty()) return true;
+    if (first.empty()) first = declined;
+  }
+  if (why) *why = first;
+  return false;
+}
+
+const char* KernelName(KernelId id) {
+  if (id == KernelId::kAuto) return "auto";
+  for (const KernelInfo& k : Kernels()) {
+    if (k.id == id) return k.name;
+  }
+  return "unknown";
+}
+
+KernelId ParseKernel(const std::string& name) {
+  if (name == "auto") return KernelId::kAuto;
+  std::string names = "auto";
+  for (const KernelInfo& k : Kernels()) {
+    if (name == k.name) return k.id;
+    names += std::string(", ") + k.name;
+  }
+  throw Error("kernel", name, "attn: kernel must be one of " + names + ", got " + name);
+}
+
+}  // namespace attn

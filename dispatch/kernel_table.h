@@ -1,0 +1,43 @@
+// The kernel table, internals: each implementation once, with everything
+// dispatch needs to pick and run it. The public view is attn::Kernels().
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "attn/attn.h"
+#include "kernels/kernel.h"
+
+namespace attn::internal {
+
+// One implementation (a row of dispatch/kernel_table.cc).
+struct KernelImpl {
+  KernelInfo info;
+  int c_value = 0;  // its attn_kernel_t value in the C API (attn/attn_c.h)
+  // "" when it can compute the (validated) problem, else a sentence saying
+  // why not, in the manner of oneDNN's pd_t::init() declining.
+  std::string (*declines)(const Problem& problem) = nullptr;
+  KernelFn run = nullptr;
+};
+
+// Every row, in order. Several rows may share a kernel id: variants of one
+// kernel for an element type or an instruction set (an AMX or AVX512-BF16
+// streaming row would stand before the generic streaming row), and the
+// first row of an id that does not decline the problem is the one that runs.
+const std::vector<KernelImpl>& KernelImpls();
+
+// The row that runs `id` on `problem`: the first of that id that does not
+// decline it. Throws Error (field "kernel", the kernel's name) with the
+// reason when every row of that id declines.
+const KernelImpl& ImplFor(KernelId id, const Problem& problem);
+
+// The untuned default, what `auto` runs without a tuning table: the first
+// kernel in table order that supports the problem, skipping threaded ones
+// when threads <= 1.
+KernelId DefaultKernel(const Problem& problem, int threads);
+
+// The C API's attn_kernel_t values: kAuto is 0; false for a value that
+// names no kernel.
+bool KernelFromC(long long value, KernelId* id);
+
+}  // namespace attn::internal

@@ -1,0 +1,53 @@
+// Lookup keys and the bucketing of shapes (see dispatch/shape_key.h).
+#include "dispatch/shape_key.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "dispatch/tuning_file.h"
+
+namespace attn::internal {
+
+ShapeKey MakeShapeKey(int64_t q_len, int64_t kv_len, int64_t head_dim, Causal causal,
+                      int threads) {
+  ShapeKey key;
+  key.q_len = q_len;
+  key.kv_len = kv_len;
+  key.head_dim = head_dim;
+  key.threads = threads;
+  key.causal = causal != Causal::kNone && !(causal == Causal::kBottomRight && q_len == 1);
+  return key;
+}
+
+std::string ShapeText(const ShapeKey& s) {
+  return "T_q=" + std::to_string(s.q_len) + " T_k=" + std::to_string(s.kv_len) +
+         " d=" + std::to_string(s.head_dim) + (s.causal ? " causal" : "") +
+         " threads=" + std::to_string(s.threads);
+}
+
+bool SameShape(const ShapeKey& a, const ShapeKey& b) {
+  return a.q_len == b.q_len && a.kv_len == b.kv_len && a.head_dim == b.head_dim &&
+         a.causal == b.causal && a.threads == b.threads;
+}
+
+BucketMatch FindBucket(const std::vector<TuningEntry>& entries, const ShapeKey& key) {
+  auto log_ratio = [](int64_t a, int64_t b) {
+    return std::fabs(std::log2(double(std::max<int64_t>(a, 1)) / double(std::max<int64_t>(b, 1))));
+  };
+  BucketMatch best;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const ShapeKey& s = entries[i].shape;
+    if (SameShape(s, key)) return BucketMatch{int(i), true, 0.0};
+    if (s.threads != key.threads || s.causal != key.causal) continue;
+    if ((s.q_len == 1) != (key.q_len == 1)) continue;
+    const double dq = log_ratio(s.q_len, key.q_len);
+    const double dk = log_ratio(s.kv_len, key.kv_len);
+    const double dd = log_ratio(s.head_dim, key.head_dim);
+    if (dq > 2.0 || dk > 2.0 || dd > 1.0) continue;
+    const double distance = dq + dk + 2.0 * dd;
+    if (best.index < 0 || distance < best.distance) best = BucketMatch{int(i), false, distance};
+  }
+  return best;
+}
+
+}  // namespace attn::internal

@@ -1,0 +1,44 @@
+// The lookup key of a call in a tuning table, and the shape bucketing that
+// finds the nearest tuned shape (dispatch/shape_key.cc).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attn/attn.h"
+
+namespace attn::internal {
+
+// The lookup key of a call. `causal` is true when some visible key is masked
+// for some query: bottom-right causal with q_len == 1 masks nothing, so it
+// shares the non-causal entries (which is what decode needs).
+struct ShapeKey {
+  int64_t q_len = 1, kv_len = 1, head_dim = 1;
+  bool causal = false;
+  int threads = 1;
+};
+ShapeKey MakeShapeKey(int64_t q_len, int64_t kv_len, int64_t head_dim, Causal causal, int threads);
+
+// "T_q=.. T_k=.. d=..[ causal] threads=..", for messages.
+std::string ShapeText(const ShapeKey& shape);
+bool SameShape(const ShapeKey& a, const ShapeKey& b);
+
+struct TuningEntry;
+// Shape bucketing. Among entries with the same threads, the same causal flag
+// and the same kind (decode q_len == 1, or not), an entry is in the key's
+// bucket when T_q and T_k are each within a factor of 4 of the key's and d
+// within a factor of 2. The nearest by
+//   |log2(T_q'/T_q)| + |log2(T_k'/T_k)| + 2·|log2(d'/d)|
+// wins (d weighs double: it changes the kernels' register and cache use more
+// than T does); ties go to the entry listed first. An identical shape is an
+// exact match. The factor-4 reach in T makes a grid with T spaced by 4
+// (1..16k) cover every T from 1 to 64k.
+struct BucketMatch {
+  int index = -1;        // into the entries; -1: no entry in the bucket
+  bool exact = false;
+  double distance = 0.0;
+};
+BucketMatch FindBucket(const std::vector<TuningEntry>& entries, const ShapeKey& key);
+
+}  // namespace attn::internal
