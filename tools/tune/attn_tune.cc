@@ -51,6 +51,7 @@ struct Args {
   std::vector<int64_t> explain;
   bool causal = false;
   bool verbose = false;
+  std::string verify;
 };
 
 std::string UtcNow() {
@@ -105,6 +106,52 @@ int Explain(const Args& args, bool output_given) {
   fmt::print("  source  {}\n", c.source);
   fmt::print("  why     {}\n", c.reason);
   return 0;
+}
+
+// --verify FILE: every entry of a table against the untuned default on its
+// shape, alternated pairs (tuned first, then default first), the median of
+// the per-pair speed-ups. A table that makes `auto` slower than untuned
+// anywhere shows here; exit 1 if a shape is slower by more than 5%.
+int Verify(const Args& args) {
+  std::ifstream in(args.verify, std::ios::binary);
+  if (!in) {
+    fmt::print(stderr, "attn-tune: cannot open {}\n", args.verify);
+    return 2;
+  }
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string why;
+  const std::optional<TuningTable> table = attn::internal::ParseTuning(text, &why);
+  if (!table) {
+    fmt::print(stderr, "attn-tune: {}: {}\n", args.verify, why);
+    return 2;
+  }
+  attn::ClearTuning();  // the default is what auto runs without a table
+  constexpr int kPairs = 7;
+  constexpr double kSampleSeconds = 0.02;
+  constexpr double kWorstAllowed = 0.95;
+  fmt::print("attn-tune: {} entries of {} (target {}) against the untuned default, {} pairs of "
+             ">= {:.0f} ms samples each, load average {:.2f}\n",
+             table->entries.size(), args.verify, table->target, kPairs, kSampleSeconds * 1e3,
+             [] {
+               double load = 0.0;
+               return getloadavg(&load, 1) == 1 ? load : -1.0;
+             }());
+  fmt::print("{:<28} {:<30} {:<30} {:>8} {:>8} {:>8}\n", "shape", "table", "default",
+             "GFLOP/s", "default", "speedup");
+  double worst = std::numeric_limits<double>::infinity();
+  for (const TuningEntry& e : table->entries) {
+    const attn_tune::TuneShape shape{e.shape.q_len, e.shape.kv_len, e.shape.head_dim,
+                                     e.shape.causal, e.shape.threads};
+    const attn_tune::AttnCandidate tuned{e.kernel, e.tiles, false, {}};
+    const attn_tune::DefaultComparison c =
+        attn_tune::CompareWithDefault(shape, table->heads, tuned, kPairs, kSampleSeconds);
+    worst = std::min(worst, c.median_ratio);
+    fmt::print("{:<28} {:<30} {:<30} {:>8.1f} {:>8.1f} {:>7.3f}x\n", shape.Name(), tuned.Label(),
+               c.default_candidate.Label(), c.tuned_gflops, c.default_gflops, c.median_ratio);
+  }
+  fmt::print("attn-tune: worst speed-up over the default {:.3f}x (allowed: {:.2f}x)\n", worst,
+             kWorstAllowed);
+  return worst >= kWorstAllowed ? 0 : 1;
 }
 
 // The table to write: this run's entries, plus those of an existing file
@@ -343,12 +390,16 @@ int main(int argc, char** argv) {
       ->expected(3)
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_flag("--causal", args.causal, "With --explain: a causal shape");
+  app.add_option("--verify", args.verify,
+                 "Time every entry of this tuning file against the untuned default on its shape "
+                 "(alternated pairs); exit 1 if one is over 5% slower. Tunes nothing");
   app.add_flag("--verbose,-v", args.verbose, "Print every candidate's measurement");
   CLI11_PARSE(app, argc, argv);
 
   const bool output_given = app.get_option("--output")->count() > 0;
   try {
     if (!args.explain.empty()) return Explain(args, output_given);
+    if (!args.verify.empty()) return Verify(args);
     if (args.output.empty()) {
       fmt::print(stderr, "attn-tune: no default tuning path (neither XDG_CACHE_HOME nor HOME is "
                          "set); pass --output PATH\n");

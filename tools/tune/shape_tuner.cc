@@ -458,4 +458,51 @@ ShapeResult TuneOneShape(const TuneShape& shape, const ShapeTuneSettings& settin
   return result;
 }
 
+DefaultComparison CompareWithDefault(const TuneShape& shape, int heads, const AttnCandidate& tuned,
+                                     int pairs, double min_sample_seconds) {
+  DefaultComparison result;
+  result.default_candidate = EnumerateCandidates(shape, heads, true, false).front();
+  TuningProblem tp(shape, heads, 1);
+  auto sample = [&](const AttnCandidate& c) {
+    attn::Options options;
+    options.kernel = c.kernel;
+    options.threads = shape.threads;
+    options.tiles = c.tiles;
+    attn::attention(tp.problem, options);  // warm: scratch, OpenMP pool, caches
+    int calls = 0;
+    const auto t0 = Clock::now();
+    double elapsed = 0.0;
+    do {
+      attn::attention(tp.problem, options);
+      ++calls;
+      elapsed = Seconds(t0, Clock::now());
+    } while (elapsed < min_sample_seconds);
+    return elapsed / calls;
+  };
+  std::vector<double> ratios, tuned_s, default_s;
+  for (int i = 0; i < pairs; ++i) {
+    double t, d;
+    if (i % 2 == 0) {
+      t = sample(tuned);
+      d = sample(result.default_candidate);
+    } else {
+      d = sample(result.default_candidate);
+      t = sample(tuned);
+    }
+    ratios.push_back(d / t);
+    tuned_s.push_back(t);
+    default_s.push_back(d);
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  };
+  const double flops = ShapeFlops(shape, heads);
+  result.median_ratio = median(ratios);
+  result.tuned_gflops = flops / median(tuned_s) * 1e-9;
+  result.default_gflops = flops / median(default_s) * 1e-9;
+  return result;
+}
+
 }  // namespace attn_tune

@@ -89,4 +89,16 @@ ShapeResult TuneOneShape(const TuneShape& shape, const ShapeTuneSettings& settin
                          std::vector<AttnCandidate> candidates,
                          const std::function<double(const AttnCandidate&)>& fake_timer = {});
 
+// A tuned configuration against the untuned default on its shape, as
+// `attn-tune --verify` measures it: `pairs` pairs of samples (each at least
+// min_sample_seconds of calls; which runs first alternates), the ratio
+// default/tuned per pair, and its median (> 1: the tuned one is faster).
+struct DefaultComparison {
+  AttnCandidate default_candidate;
+  double median_ratio = 0.0;  // default seconds / tuned seconds
+  double tuned_gflops = 0.0, default_gflops = 0.0;  // medians over the pairs
+};
+DefaultComparison CompareWithDefault(const TuneShape& shape, int heads, const AttnCandidate& tuned,
+                                     int pairs, double min_sample_seconds);
+
 }  // namespace attn_tune
