@@ -1,7 +1,7 @@
 #include "tools/tune/grid.h"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
-#include <cstdlib>
 #include <stdexcept>
 
 namespace attn_tune {
@@ -19,9 +19,8 @@ void SortCheapestFirst(std::vector<TuneShape>& shapes) {
 }
 
 int64_t ParseLength(const std::string& item, const std::string& text, const char* what) {
-  char* end = nullptr;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || v < 1 || v > (int64_t{1} << 24)) {
+  long long v = 0;
+  if (!CLI::detail::lexical_cast(text, v) || v < 1 || v > (int64_t{1} << 24)) {
     throw std::invalid_argument("shape '" + item + "': " + what + " must be an integer in [1, " +
                                 std::to_string(int64_t{1} << 24) + "], got '" + text + "'");
   }
@@ -59,24 +58,12 @@ std::vector<TuneShape> QuickGrid(const std::vector<int>& threads) {
 
 std::vector<TuneShape> ParseShapes(const std::string& list, const std::vector<int>& threads) {
   std::vector<TuneShape> shapes;
-  size_t start = 0;
-  while (start <= list.size()) {
-    size_t comma = list.find(',', start);
-    if (comma == std::string::npos) comma = list.size();
-    const std::string item = list.substr(start, comma - start);
-    start = comma + 1;
-    if (item.empty()) {
-      if (comma == list.size()) break;
-      throw std::invalid_argument("shape list '" + list + "' has an empty item");
-    }
-    std::vector<std::string> parts;
-    size_t p = 0;
-    for (;;) {
-      const size_t colon = item.find(':', p);
-      parts.push_back(item.substr(p, colon == std::string::npos ? std::string::npos : colon - p));
-      if (colon == std::string::npos) break;
-      p = colon + 1;
-    }
+  std::vector<std::string> items = list.empty() ? std::vector<std::string>{}
+                                                : CLI::detail::split(list, ',');
+  if (!items.empty() && items.back().empty()) items.pop_back();  // a trailing comma
+  for (const std::string& item : items) {
+    if (item.empty()) throw std::invalid_argument("shape list '" + list + "' has an empty item");
+    const std::vector<std::string> parts = CLI::detail::split(item, ':');
     if (parts.size() < 3 || parts.size() > 4) {
       throw std::invalid_argument("shape '" + item + "' must be Tq:Tk:d or Tq:Tk:d:causal");
     }
