@@ -20,11 +20,7 @@ namespace {
 std::vector<Variant> Variants() {
   std::vector<Variant> v;
   auto add = [&](const std::string& name, KernelId k, int threads, Tiles tiles) {
-    Options o;
-    o.kernel = k;
-    o.threads = threads;
-    o.tiles = tiles;
-    v.push_back({name, o});
+    v.push_back(MakeVariant(name, k, threads, tiles));
   };
   for (const KernelInfo& k : Kernels()) {
     if (!k.simd) continue;

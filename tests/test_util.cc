@@ -171,14 +171,18 @@ Errors RunAndCompare(OwnedProblem& owned, const reference::Result& ref, const Op
   return MaxErrors(owned.problem, ref);
 }
 
+Variant MakeVariant(const std::string& name, KernelId kernel, int threads, Tiles tiles) {
+  Options o;
+  o.kernel = kernel;
+  o.threads = threads;
+  o.tiles = tiles;
+  return {name, o};
+}
+
 std::vector<Variant> KernelVariants(int extra_threads) {
   std::vector<Variant> variants;
   auto add = [&](const std::string& name, KernelId kernel, int threads, Tiles tiles) {
-    Options o;
-    o.kernel = kernel;
-    o.threads = threads;
-    o.tiles = tiles;
-    variants.push_back({name, o});
+    variants.push_back(MakeVariant(name, kernel, threads, tiles));
   };
   for (const KernelInfo& k : Kernels()) {
     const std::string name = k.name;

@@ -62,6 +62,7 @@ struct Variant {
   std::string name;  // "streaming/ragged", "parallel/t2/split3/ragged", "auto/t2"
   Options options;
 };
+Variant MakeVariant(const std::string& name, KernelId kernel, int threads, Tiles tiles = {});
 // The variants every kernel test runs, derived from attn::Kernels() so that
 // a new kernel is tested without an edit here:
 // - every kernel at its default tiles on one thread ("naive", "parallel/t1");
