@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -248,9 +249,12 @@ std::vector<int> MultiThreadCounts() {
   const char* env = std::getenv("ATTN_BENCH_THREADS");
   if (env == nullptr || *env == '\0') return {1, 2};
   std::vector<int> counts;
-  for (const std::string& item : CLI::detail::split(env, ',')) {
-    int n = 0;
-    if (!CLI::detail::lexical_cast(item, n) || n < 1) {
+  std::vector<std::string> items = CLI::detail::split(env, ',');
+  if (std::string(env).back() == ',') items.push_back("");  // split drops a trailing item
+  for (const std::string& item : items) {
+    int n = 0;  // decimal digits only (lexical_cast would read 010 as octal)
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), n, 10);
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || n < 1) {
       std::fprintf(stderr, "attn-bench: ATTN_BENCH_THREADS must list integers >= 1, got '%s'\n",
                    env);
       std::exit(1);
@@ -287,8 +291,6 @@ std::vector<Case> DefaultCases() {
             Case c;
             c.kernel = kern.name;
             c.id = kern.id;
-        c.scalar = kern.scalar;
-          c.scalar = kern.scalar;
             c.scalar = kern.scalar;
             c.T = T;
             c.d = d;
@@ -317,7 +319,6 @@ std::vector<Case> DefaultCases() {
           c.kind = kind;
           c.kernel = kern.name;
           c.id = kern.id;
-        c.scalar = kern.scalar;
           c.scalar = kern.scalar;
           c.T = T;
           c.d = 128;
@@ -345,8 +346,6 @@ std::vector<Case> DefaultCases() {
             c.kind = Case::Kind::kMultiHead;
             c.kernel = kern.name;
             c.id = kern.id;
-        c.scalar = kern.scalar;
-          c.scalar = kern.scalar;
             c.scalar = kern.scalar;
             c.T = T;
             c.d = d;

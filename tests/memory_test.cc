@@ -213,17 +213,19 @@ struct Long {
 //   statistics per row of the block;
 // - a narrow worker (narrow-inl.h NarrowScratch, views of at most P/2 rows):
 //   per row, the scaled query, one tile of scores and the output, each padded
-//   to whole vectors (at most P lanes);
+//   to whole vectors (at most P lanes); a worker keeps both;
 // - split-KV (parallel.cc): kv_splits partial outputs and lse per item.
-// At 512 x 65536, d = 64 that is 139 KiB per thread on AVX2 (256-row
-// blocks) and 278 KiB on AVX-512 (512-row blocks).
+// At 512 x 65536, d = 64 that is 149 KiB per thread on AVX2 (256-row
+// blocks; 139 KiB of it the panel worker's) and 300 KiB on AVX-512 (512-row
+// blocks).
 //
 // On top, kSlackPerThread for what is not a tile: allocator and alignment
 // headers, OpenMP's per-thread state, the HeadViews, the error strings.
 // Measured on AMD EPYC Zen 3 (AVX2), 2026-12-01: 1.5 KiB per thread beyond
-// the tiles (streaming 143880 bytes against 142336; parallel on two threads
-// 287720 against 284672); ATTN_TARGET=SSE4 and EMU128 (8-row panels) the
-// same 1.5 KiB. 32 KiB leaves 20x that, and is an
+// the panel worker's tiles (streaming 143880 bytes against 142336; parallel
+// on two threads 287720 against 284672; the narrow scratch is not used at
+// these shapes); ATTN_TARGET=SSE4 and EMU128 (8-row panels) the same
+// 1.5 KiB. 32 KiB leaves 20x that, and is an
 // eighth of one float per key (65536 x 4 = 256 KiB): a kernel that allocated
 // anything proportional to T_k (one row of scores, a per-key statistic, let
 // alone T_q x T_k: 16 GiB at 65536^2) fails with attn::Error("memory") under
@@ -248,11 +250,17 @@ ScratchBound ScratchBoundFor(const Problem& p, const Options& o) {
   const int64_t kv_block = c.tiles.kv_block;
   const int64_t panel_worker = q_block * (d + dv) + kv_block * P + 3 * q_block;
   const int64_t narrow_worker = (P / 2) * (d + kv_block + dv + 3 * P);
-  // Only the parallel kernel runs several workers and splits keys.
-  const bool parallel = o.kernel == KernelId::kParallel;
-  const int64_t threads = parallel ? std::max(1, c.threads) : 1;
-  int64_t floats = threads * std::max(panel_worker, narrow_worker);
-  if (parallel && c.tiles.kv_splits > 1) floats += int64_t(c.tiles.kv_splits) * q_block * (dv + 1);
+  // Only threaded kernels run several workers and split keys. A worker
+  // keeps both its panel and its narrow scratch (a ragged last block of at
+  // most P/2 rows takes the narrow path); split-KV keeps kv_splits partial
+  // outputs and lse per item (work item x query block).
+  const bool threaded = GetKernelInfo(o.kernel).threaded;
+  const int64_t threads = threaded ? std::max(1, c.threads) : 1;
+  int64_t floats = threads * (panel_worker + narrow_worker);
+  if (threaded && c.tiles.kv_splits > 1) {
+    const int64_t items = internal::WorkItems(p) * ((p.q_len + q_block - 1) / q_block);
+    floats += items * int64_t(c.tiles.kv_splits) * q_block * (dv + 1);
+  }
   ScratchBound b;
   b.tiles_bytes = floats * int64_t(sizeof(float));
   b.cap = b.tiles_bytes + threads * kSlackPerThread;

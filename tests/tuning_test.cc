@@ -747,6 +747,11 @@ TEST(Grid, ParsesShapeListsAndNamesBadItems) {
   EXPECT_NE(error_of("8:8:64:yes").find("'yes'"), std::string::npos);
   EXPECT_NE(error_of("64:32:64:1").find("Tq 64 > Tk 32"), std::string::npos);
   EXPECT_NE(error_of("").find("no shape"), std::string::npos);
+  // Decimal, whatever leading zeros (not octal), and no empty field.
+  EXPECT_EQ(attn_tune::ParseShapes("1:4096:064", {1}).at(0).head_dim, 64);
+  EXPECT_NE(error_of("1:4096:0x40").find("'0x40'"), std::string::npos);
+  EXPECT_NE(error_of("512:512:64:").find("'512:512:64:'"), std::string::npos);
+  EXPECT_NE(error_of("1:64:64,,2:64:64").find("empty item"), std::string::npos);
 }
 
 TEST(Grid, DefaultGridSpansDecodeToSixteenKAndEveryHeadDim) {

@@ -230,7 +230,7 @@ def load_average():
         return None
 
 
-def make_baseline(runs, ident, how_args, load_before):
+def make_baseline(runs, ident, how_args, load_before, provisional=False):
     rows = {}
     for name, f in runs[0]["rows"].items():
         rows[name] = {"gated": f["gated"]}
@@ -238,6 +238,10 @@ def make_baseline(runs, ident, how_args, load_before):
             if k in f:
                 rows[name][k] = round(statistics.median(r["rows"][name][k] for r in runs), 5)
     base = {"schema": 2}
+    if provisional:
+        # Written by a run that found no baseline of its kind: not made by
+        # --update-baseline on purpose, so every later run says so.
+        base["provisional"] = True
     base.update(ident)
     base.update({
         "made": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -337,15 +341,17 @@ def main():
             print(bar)
             return 0
         try:
-            base = make_baseline(baseline_runs(), ident, how_args, load_before)
+            base = make_baseline(baseline_runs(), ident, how_args, load_before, provisional=True)
         except RuntimeError as e:
             print(f"perf_regress: {e}", file=sys.stderr)
             return 2
         write_baseline(path, base)
         print(f"perf_regress: wrote {shown} from {a.runs} runs here (load average "
               f"{base['load_average']['before']} -> {base['load_average']['after']}). To check "
-              "this kind from now on, re-make it on a quiet machine of this kind and commit it "
-              "(bench/README.md, 'Performance regression check').")
+              "this kind from now on, re-make it on a quiet machine of this kind with "
+              "--update-baseline and commit it (bench/README.md, 'Performance regression "
+              "check'); until then later runs here compare against this provisional file and "
+              "say so.")
         print(bar)
         print_table(run, compare(run, {"rows": {}}, a.threshold), {"rows": {}}, a.threshold)
         return 0
@@ -361,6 +367,12 @@ def main():
         print(f"perf_regress: {shown} is a baseline of {base_kind}, this run is "
               f"{ident['kind']}: not comparable", file=sys.stderr)
         return 2
+    if base.get("provisional"):
+        print("perf_regress: " + "=" * 64)
+        print(f"perf_regress: PROVISIONAL BASELINE: {shown} was written by an earlier run that "
+              f"found no baseline of {ident['kind']} (made {base.get('made')}); it is not a "
+              "committed, quiet-machine baseline. Re-make it with --update-baseline and commit it.")
+        print("perf_regress: " + "=" * 64)
     if base.get("model") != ident["model"] or base.get("model_name") != ident["model_name"]:
         print(f"perf_regress: note: the baseline was made on {base.get('model_name')} model "
               f"{base.get('model')}, this is {ident['model_name']} model {ident['model']} "

@@ -117,14 +117,21 @@ class Flow(unittest.TestCase):
         self.assertEqual((base["kind"], base["vendor"], base["target"]),
                          ("AuthenticAMD-family25-AVX2", "AuthenticAMD", "AVX2"))
         self.assertEqual(set(base["rows"]), {r[0] for r in perf_regress.subset()})
+        self.assertTrue(base["provisional"])
         second = self.run_tool("amd", "AVX2")
         self.assertEqual(second.returncode, 0, second.stdout + second.stderr)
         self.assertNotIn("NOTHING COMPARED", second.stdout)
+        self.assertIn("PROVISIONAL BASELINE", second.stdout)  # never silently trusted
         self.assertRegex(second.stdout, r"\b(\d+) gated rows within threshold, 0 regressed")
         # The same kind, twice as slow: every gated row regresses.
         slow = self.run_tool("amd", "AVX2", "2")
         self.assertEqual(slow.returncode, 1, slow.stdout + slow.stderr)
         self.assertIn("REGRESSED (3/3 runs)", slow.stdout)
+        # --update-baseline makes it a baseline on purpose: no banner after.
+        self.assertEqual(self.run_tool("amd", "AVX2", None, "--update-baseline").returncode, 0)
+        with open(path) as f:
+            self.assertNotIn("provisional", json.load(f))
+        self.assertNotIn("PROVISIONAL", self.run_tool("amd", "AVX2").stdout)
 
     def test_another_kind_is_never_judged_by_this_kinds_baseline(self):
         self.assertEqual(self.run_tool("amd", "AVX2").returncode, 0)
@@ -165,6 +172,7 @@ class Committed(unittest.TestCase):
             self.assertEqual(name, f"{base['vendor']}-family{base['family']}-{base['target']}")
             self.assertTrue(re.match(r"\d{4}-\d\d-\d\d", base["made"]), path)
             self.assertEqual(set(base["rows"]), rows, path)
+            self.assertFalse(base.get("provisional"), path + " is a provisional baseline")
 
 
 if __name__ == "__main__":

@@ -125,6 +125,16 @@ int Verify(const Args& args) {
     fmt::print(stderr, "attn-tune: {}: {}\n", args.verify, why);
     return 2;
   }
+  // A table `auto` would ignore here (another CPU or target) is no evidence.
+  why = attn::internal::CheckTuningMachine(*table, attn::internal::CpuModel(), attn::CurrentTarget());
+  if (!why.empty()) {
+    fmt::print(stderr, "attn-tune: {} is not used by auto here: {}\n", args.verify, why);
+    return 2;
+  }
+  if (table->entries.empty()) {
+    fmt::print(stderr, "attn-tune: {} has no entries\n", args.verify);
+    return 2;
+  }
   attn::ClearTuning();  // the default is what auto runs without a table
   constexpr int kPairs = 7;
   constexpr double kSampleSeconds = 0.02;
@@ -143,6 +153,17 @@ int Verify(const Args& args) {
     const attn_tune::TuneShape shape{e.shape.q_len, e.shape.kv_len, e.shape.head_dim,
                                      e.shape.causal, e.shape.threads};
     const attn_tune::AttnCandidate tuned{e.kernel, e.tiles, false, {}};
+    attn::Problem shape_only;
+    shape_only.q_heads = shape_only.kv_heads = table->heads;
+    shape_only.q_len = shape.q_len;
+    shape_only.kv_len = shape.kv_len;
+    shape_only.head_dim = shape.head_dim;
+    if (std::string declined; !attn::KernelSupports(e.kernel, shape_only, &declined)) {
+      // auto falls back to the default here too: nothing to compare.
+      fmt::print("{:<28} {:<30} declined ({}): auto runs the default\n", shape.Name(),
+                 tuned.Label(), declined);
+      continue;
+    }
     const attn_tune::DefaultComparison c =
         attn_tune::CompareWithDefault(shape, table->heads, tuned, kPairs, kSampleSeconds);
     worst = std::min(worst, c.median_ratio);

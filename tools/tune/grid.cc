@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <charconv>
 #include <stdexcept>
 
 namespace attn_tune {
@@ -19,8 +20,11 @@ void SortCheapestFirst(std::vector<TuneShape>& shapes) {
 }
 
 int64_t ParseLength(const std::string& item, const std::string& text, const char* what) {
-  long long v = 0;
-  if (!CLI::detail::lexical_cast(text, v) || v < 1 || v > (int64_t{1} << 24)) {
+  // Decimal digits only (CLI11's lexical_cast would read 064 as octal).
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v, 10);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || v < 1 ||
+      v > (int64_t{1} << 24)) {
     throw std::invalid_argument("shape '" + item + "': " + what + " must be an integer in [1, " +
                                 std::to_string(int64_t{1} << 24) + "], got '" + text + "'");
   }
@@ -60,11 +64,12 @@ std::vector<TuneShape> ParseShapes(const std::string& list, const std::vector<in
   std::vector<TuneShape> shapes;
   std::vector<std::string> items = list.empty() ? std::vector<std::string>{}
                                                 : CLI::detail::split(list, ',');
-  if (!items.empty() && items.back().empty()) items.pop_back();  // a trailing comma
+  // (split drops a trailing empty item: "a," is "a", as before; "a,,b" is an error)
   for (const std::string& item : items) {
     if (item.empty()) throw std::invalid_argument("shape list '" + list + "' has an empty item");
     const std::vector<std::string> parts = CLI::detail::split(item, ':');
-    if (parts.size() < 3 || parts.size() > 4) {
+    const size_t colons = size_t(std::count(item.begin(), item.end(), ':'));
+    if (parts.size() < 3 || parts.size() > 4 || colons + 1 != parts.size()) {
       throw std::invalid_argument("shape '" + item + "' must be Tq:Tk:d or Tq:Tk:d:causal");
     }
     TuneShape s;
