@@ -153,12 +153,8 @@ int Verify(const Args& args) {
     const attn_tune::TuneShape shape{e.shape.q_len, e.shape.kv_len, e.shape.head_dim,
                                      e.shape.causal, e.shape.threads};
     const attn_tune::AttnCandidate tuned{e.kernel, e.tiles, false, {}};
-    attn::Problem shape_only;
-    shape_only.q_heads = shape_only.kv_heads = table->heads;
-    shape_only.q_len = shape.q_len;
-    shape_only.kv_len = shape.kv_len;
-    shape_only.head_dim = shape.head_dim;
-    if (std::string declined; !attn::KernelSupports(e.kernel, shape_only, &declined)) {
+    if (std::string declined;
+        !attn::KernelSupports(e.kernel, attn_tune::ShapeOnly(shape, table->heads), &declined)) {
       // auto falls back to the default here too: nothing to compare.
       fmt::print("{:<28} {:<30} declined ({}): auto runs the default\n", shape.Name(),
                  tuned.Label(), declined);

@@ -55,18 +55,6 @@ double VisiblePairs(const TuneShape& s, int64_t row_begin, int64_t row_end) {
   return pairs;
 }
 
-// The shape as a problem without data: what KernelSupports and
-// ExplainChoice read.
-attn::Problem ShapeOnly(const TuneShape& s, int heads) {
-  attn::Problem shape;
-  shape.q_heads = shape.kv_heads = heads;
-  shape.q_len = s.q_len;
-  shape.kv_len = s.kv_len;
-  shape.head_dim = s.head_dim;
-  shape.causal = s.causal ? attn::Causal::kBottomRight : attn::Causal::kNone;
-  return shape;
-}
-
 struct RowBlock {
   int64_t begin = 0, end = 0;
 };
@@ -265,6 +253,16 @@ std::tuple<int, int, int, int> CandidateKey(const AttnCandidate& c) {
 }
 
 }  // namespace
+
+attn::Problem ShapeOnly(const TuneShape& s, int heads) {
+  attn::Problem shape;
+  shape.q_heads = shape.kv_heads = heads;
+  shape.q_len = s.q_len;
+  shape.kv_len = s.kv_len;
+  shape.head_dim = s.head_dim;
+  shape.causal = s.causal ? attn::Causal::kBottomRight : attn::Causal::kNone;
+  return shape;
+}
 
 std::string TuneShape::Name() const {
   return std::to_string(q_len) + "x" + std::to_string(kv_len) + " d=" + std::to_string(head_dim) +

@@ -26,6 +26,10 @@ struct TuneShape {
   std::string Name() const;  // "1024x1024 d=64 causal t=2"
 };
 
+// The shape as a problem without data (heads query and K/V heads): what
+// KernelSupports and ExplainChoice read.
+attn::Problem ShapeOnly(const TuneShape& shape, int heads);
+
 struct AttnCandidate {
   attn::KernelId kernel = attn::KernelId::kStreaming;
   attn::Tiles tiles;        // resolved: every field > 0
