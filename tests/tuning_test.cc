@@ -536,6 +536,26 @@ TEST(Tuner, StopsAtTheBudgetButAlwaysMeasuresTheFirstCandidate) {
   EXPECT_EQ(r.winner, 1);
 }
 
+// Once the budget is spent the round stops where it is: only the baseline
+// still gets the samples min_repeats asks for. (The first version finished
+// the round, and further rounds, until the baseline had them: here a 4 s
+// sample of candidate 2 past a 1 s budget.)
+TEST(Tuner, OverBudgetOnlyTheBaselineIsSampledFurther) {
+  attn_tune::TunerSettings settings;
+  settings.max_repeats = 3;
+  settings.min_repeats = 2;
+  settings.budget_seconds = 1.0;
+  std::vector<int> timed(3, 0);
+  const attn_tune::TunerResult r =
+      attn_tune::Tune(3, FakeHooks({0.1, 5.0, 4.0}, {}, &timed), settings);
+  EXPECT_EQ(timed[0], 2);
+  EXPECT_EQ(timed[1], 1);
+  EXPECT_EQ(timed[2], 0);
+  EXPECT_EQ(r.candidates[2].verdict, attn_tune::Verdict::kNotRun);
+  EXPECT_EQ(r.winner, 0);
+  EXPECT_LE(r.spent_seconds, 0.1 + 5.0 + 0.1 + 1e-9);
+}
+
 TEST(Tuner, CountsCheckTimeAgainstTheBudget) {
   attn_tune::TunerHooks hooks = FakeHooks({0.1, 0.1});
   hooks.check = [](size_t) { return attn_tune::CheckOutcome{true, "", 10.0}; };

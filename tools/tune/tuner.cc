@@ -113,7 +113,9 @@ TunerResult Tune(size_t candidate_count, const TunerHooks& hooks, const TunerSet
     if (round > 0) Shuffle(order, rng);
     for (size_t i : order) {
       sample(i);
-      if (!budget_left() && int(c[anchor].samples.size()) >= min_repeats) {
+      if (!budget_left()) {
+        // Stop here; the anchor's missing samples are taken below, without
+        // finishing the round for the others (a whole round can be long).
         out_of_budget = true;
         break;
       }
