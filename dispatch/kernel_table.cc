@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "attn/attn_c.h"
 
@@ -79,14 +80,21 @@ const std::vector<KernelImpl>& Table() {
 
 const std::vector<KernelImpl>& KernelImpls() { return Table(); }
 
-const KernelImpl& ImplFor(KernelId id, const Problem& problem) {
-  std::string why;
+// The first row of `id` that does not decline `problem`, else null with the
+// first row's reason in *why.
+const KernelImpl* FirstAccepting(KernelId id, const Problem& problem, std::string* why) {
   for (const KernelImpl& row : Table()) {
     if (row.info.id != id) continue;
     std::string declined = row.declines(problem);
-    if (declined.empty()) return row;
-    if (why.empty()) why = declined;
+    if (declined.empty()) return &row;
+    if (why->empty()) *why = std::move(declined);
   }
+  return nullptr;
+}
+
+const KernelImpl& ImplFor(KernelId id, const Problem& problem) {
+  std::string why;
+  if (const KernelImpl* row = FirstAccepting(id, problem, &why)) return *row;
   const KernelInfo& info = GetKernelInfo(id);  // throws for kAuto / unknown
   throw Error("kernel", info.name, "attn: " + why + ", got " + info.name);
 }
@@ -144,12 +152,7 @@ bool KernelSupports(KernelId kernel, const Problem& problem, std::string* why) {
   if (kernel == KernelId::kAuto) return true;
   GetKernelInfo(kernel);  // throws for a value outside the enum
   std::string first;
-  for (const internal::KernelImpl& row : internal::Table()) {
-    if (row.info.id != kernel) continue;
-    const std::string declined = row.declines(problem);
-    if (declined.empty()) return true;
-    if (first.empty()) first = declined;
-  }
+  if (internal::FirstAccepting(kernel, problem, &first)) return true;
   if (why) *why = first;
   return false;
 }

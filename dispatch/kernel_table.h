@@ -26,6 +26,10 @@ struct KernelImpl {
 // first row of an id that does not decline the problem is the one that runs.
 const std::vector<KernelImpl>& KernelImpls();
 
+// The first row of `id` that does not decline `problem`; null when every
+// row of it does, with the first row's reason in *why.
+const KernelImpl* FirstAccepting(KernelId id, const Problem& problem, std::string* why);
+
 // The row that runs `id` on `problem`: the first of that id that does not
 // decline it. Throws Error (field "kernel", the kernel's name) with the
 // reason when every row of that id declines.
