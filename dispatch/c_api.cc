@@ -67,8 +67,13 @@ long long RawEnum(const E& field) {
   return static_cast<long long>(value);
 }
 
+// attn::DType has a fixed underlying type (int): every value converts, and
+// attn::attention rejects one outside the enumerators, naming the field.
+attn::DType ToCxx(const attn_dtype_t& type) {
+  return static_cast<attn::DType>(RawEnum(type));
+}
 attn::ConstTensor ToCxx(const attn_tensor_t& t) {
-  return {t.data, t.batch_stride, t.head_stride, t.row_stride};
+  return {t.data, t.batch_stride, t.head_stride, t.row_stride, ToCxx(t.dtype)};
 }
 
 // Pointers into a small interned set, so the C caller gets a string that
@@ -126,7 +131,8 @@ attn_status_t attn_attention(const attn_problem_t* cp, const attn_options_t* co)
     p.q = ToCxx(cp->q);
     p.k = ToCxx(cp->k);
     p.v = ToCxx(cp->v);
-    p.out = {cp->out.data, cp->out.batch_stride, cp->out.head_stride, cp->out.row_stride};
+    p.out = {cp->out.data, cp->out.batch_stride, cp->out.head_stride, cp->out.row_stride,
+             ToCxx(cp->out.dtype)};
     if (cp->has_scale) p.scale = cp->scale;
     static constexpr attn::Causal kCausal[] = {attn::Causal::kNone, attn::Causal::kBottomRight,
                                                attn::Causal::kTopLeft};

@@ -9,6 +9,7 @@
 
 #include "attn/attn.h"
 #include "dispatch/validate.h"
+#include "kernels/common/convert.h"
 #include "kernels/common/merge.h"
 
 namespace attn {
@@ -19,6 +20,7 @@ using internal::RequirePositive;
 using internal::Str;
 
 using internal::CheckRowTensor;
+using internal::CheckTypedTensor;
 using internal::RequireDisjoint;
 using internal::RequireNoSelfOverlap;
 using View = internal::StridedView;
@@ -39,15 +41,13 @@ void MergeAttention(const MergeProblem& m) {
   for (int s = 0; s < m.n_parts; ++s) {
     const MergePart& part = m.parts[s];
     const std::string name = "parts[" + std::to_string(s) + "]";
-    part_out.push_back(CheckRowTensor(name + ".out", part.out.data, m.batch, m.q_heads, m.q_len,
-                                 m.value_dim, part.out.batch_stride, part.out.head_stride,
-                                 part.out.row_stride));
+    part_out.push_back(
+        CheckTypedTensor(name + ".out", part.out, m.batch, m.q_heads, m.q_len, m.value_dim));
     part_lse.push_back(CheckRowTensor(name + ".lse", part.lse.data, m.batch, m.q_heads, m.q_len, 0,
                                  part.lse.batch_stride, part.lse.head_stride,
                                  part.lse.row_stride));
   }
-  const View out = CheckRowTensor("out", m.out.data, m.batch, m.q_heads, m.q_len, m.value_dim,
-                             m.out.batch_stride, m.out.head_stride, m.out.row_stride);
+  const View out = CheckTypedTensor("out", m.out, m.batch, m.q_heads, m.q_len, m.value_dim);
   RequireNoSelfOverlap(out, "outputs");
   View lse;
   if (m.lse.data) {
@@ -73,16 +73,19 @@ void MergeAttention(const MergeProblem& m) {
       for (int s = 0; s < m.n_parts; ++s) {
         const MergePart& part = m.parts[s];
         internal::PartialRows& r = rows[size_t(s)];
-        r.out = part.out.data + b * part.out.batch_stride + h * part.out.head_stride;
+        r.out = internal::ElementOffset(part.out.data, part.out.dtype,
+                                        b * part.out.batch_stride + h * part.out.head_stride);
+        r.out_type = part.out.dtype;
         r.out_stride = part.out.row_stride;
         r.lse = part.lse.data + b * part.lse.batch_stride + h * part.lse.head_stride;
         r.lse_stride = part.lse.row_stride;
       }
-      float* o = m.out.data + b * m.out.batch_stride + h * m.out.head_stride;
+      void* o = internal::ElementOffset(m.out.data, m.out.dtype,
+                                        b * m.out.batch_stride + h * m.out.head_stride);
       float* l = m.lse.data ? m.lse.data + b * m.lse.batch_stride + h * m.lse.head_stride
                             : nullptr;
       internal::MergePartialRows(m.q_len, m.value_dim, m.n_parts, rows.data(), weights.data(),
-                                 o, m.out.row_stride, l, m.lse.row_stride);
+                                 o, m.out.dtype, m.out.row_stride, l, m.lse.row_stride);
     }
   }
 }

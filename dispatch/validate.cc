@@ -19,7 +19,7 @@ void RequirePositive(const char* field, int64_t value) {
 }
 
 bool StridedView::SameAs(const StridedView& o) const {
-  if (data != o.data || n != o.n) return false;
+  if (data != o.data || n != o.n || element_bytes != o.element_bytes) return false;
   for (int i = 0; i < n; ++i) {
     if (extent[i] != o.extent[i]) return false;
     if (extent[i] > 1 && stride[i] != o.stride[i]) return false;
@@ -58,8 +58,10 @@ bool SelfOverlaps(const StridedView& v) {
 }  // namespace
 
 StridedView CheckStrides(const std::string& name, const void* data, int n, const int64_t* extents,
-                         const int64_t* strides, const char* const* stride_names) {
+                         const int64_t* strides, const char* const* stride_names,
+                         int64_t element_bytes) {
   StridedView v;
+  v.element_bytes = element_bytes;
   v.name = name;
   v.data = data;
   v.n = n;
@@ -80,7 +82,7 @@ StridedView CheckStrides(const std::string& name, const void* data, int n, const
                __builtin_add_overflow(last, offset, &last);
   }
   overflow = overflow || __builtin_add_overflow(last, int64_t{1}, &last) ||
-             __builtin_mul_overflow(last, int64_t{sizeof(float)}, &bytes);
+             __builtin_mul_overflow(last, element_bytes, &bytes);
   if (overflow) {
     std::string shape = "[";
     for (int i = 0; i < n; ++i) shape += (i ? "," : "") + Str(extents[i]);
@@ -93,7 +95,7 @@ StridedView CheckStrides(const std::string& name, const void* data, int n, const
 
 StridedView CheckRowTensor(const std::string& name, const void* data, int64_t batch,
                            int64_t heads, int64_t rows, int64_t cols, int64_t batch_stride,
-                           int64_t head_stride, int64_t row_stride) {
+                           int64_t head_stride, int64_t row_stride, int64_t element_bytes) {
   if (data == nullptr) Fail(name + ".data", "null", "must not be null");
   static const char* const kNames[4] = {".batch_stride", ".head_stride", ".row_stride", nullptr};
   const int64_t extents[4] = {batch, heads, rows, cols};
@@ -105,7 +107,20 @@ StridedView CheckRowTensor(const std::string& name, const void* data, int64_t ba
     Fail(name + ".row_stride", Str(row_stride),
          "must be >= the row length " + Str(cols) + " (rows are contiguous)");
   }
-  return CheckStrides(name, data, cols > 0 ? 4 : 3, extents, strides, kNames);
+  return CheckStrides(name, data, cols > 0 ? 4 : 3, extents, strides, kNames, element_bytes);
+}
+
+void RequireDType(const std::string& name, DType type) {
+  if (DTypeSize(type) == 0) {
+    Fail(name + ".dtype", Str(static_cast<int>(type)), "must be f32 (0), bf16 (1) or f16 (2)");
+  }
+}
+
+StridedView CheckTypedTensor(const std::string& name, const ConstTensor& t, int64_t batch,
+                             int64_t heads, int64_t rows, int64_t cols) {
+  RequireDType(name, t.dtype);
+  return CheckRowTensor(name, t.data, batch, heads, rows, cols, t.batch_stride, t.head_stride,
+                        t.row_stride, DTypeSize(t.dtype));
 }
 
 void RequireNoSelfOverlap(const StridedView& v, const char* what) {
@@ -137,14 +152,10 @@ void Validate(const Problem& p) {
   const int64_t dv = p.ValueDim();
   if (p.scale && !std::isfinite(*p.scale)) Fail("scale", Str(*p.scale), "must be finite");
 
-  const StridedView q = CheckRowTensor("q", p.q.data, p.batch, p.q_heads, p.q_len, p.head_dim,
-                                       p.q.batch_stride, p.q.head_stride, p.q.row_stride);
-  const StridedView k = CheckRowTensor("k", p.k.data, p.batch, p.kv_heads, p.kv_len, p.head_dim,
-                                       p.k.batch_stride, p.k.head_stride, p.k.row_stride);
-  const StridedView v = CheckRowTensor("v", p.v.data, p.batch, p.kv_heads, p.kv_len, dv,
-                                       p.v.batch_stride, p.v.head_stride, p.v.row_stride);
-  const StridedView out = CheckRowTensor("out", p.out.data, p.batch, p.q_heads, p.q_len, dv,
-                                         p.out.batch_stride, p.out.head_stride, p.out.row_stride);
+  const StridedView q = CheckTypedTensor("q", p.q, p.batch, p.q_heads, p.q_len, p.head_dim);
+  const StridedView k = CheckTypedTensor("k", p.k, p.batch, p.kv_heads, p.kv_len, p.head_dim);
+  const StridedView v = CheckTypedTensor("v", p.v, p.batch, p.kv_heads, p.kv_len, dv);
+  const StridedView out = CheckTypedTensor("out", p.out, p.batch, p.q_heads, p.q_len, dv);
   RequireNoSelfOverlap(out, "outputs");
 
   // No heap allocation on a valid problem (every call validates; decode

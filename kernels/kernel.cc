@@ -4,8 +4,8 @@ namespace attn::internal {
 
 HeadView HeadView::Rows(int64_t begin, int64_t end) const {
   HeadView view = *this;
-  view.q = q + begin * q_stride;
-  view.out = out + begin * out_stride;
+  view.q = QRow(begin);
+  view.out = OutRow(begin);
   if (lse) view.lse = lse + begin * lse_stride;
   if (mask) view.mask = mask + begin * mask_row_stride;
   view.tq = end - begin;
@@ -16,8 +16,8 @@ HeadView HeadView::Rows(int64_t begin, int64_t end) const {
 
 HeadView HeadView::Keys(int64_t begin, int64_t end) const {
   HeadView view = *this;
-  view.k = k + begin * k_stride;
-  view.v = v + begin * v_stride;
+  view.k = KRow(begin);
+  view.v = VRow(begin);
   if (mask) view.mask = mask + begin * mask_col_stride;
   view.tk = end - begin;
   // Key j of the sub-view is key begin + j of this view.
@@ -29,10 +29,14 @@ HeadView MakeHeadView(const Problem& p, int64_t b, int64_t h) {
   const int64_t group = p.q_heads / p.kv_heads;
   const int64_t kv_h = h / group;
   HeadView view;
-  view.q = p.q.data + b * p.q.batch_stride + h * p.q.head_stride;
-  view.k = p.k.data + b * p.k.batch_stride + kv_h * p.k.head_stride;
-  view.v = p.v.data + b * p.v.batch_stride + kv_h * p.v.head_stride;
-  view.out = p.out.data + b * p.out.batch_stride + h * p.out.head_stride;
+  view.q_type = p.q.dtype;
+  view.k_type = p.k.dtype;
+  view.v_type = p.v.dtype;
+  view.out_type = p.out.dtype;
+  view.q = ElementOffset(p.q.data, p.q.dtype, b * p.q.batch_stride + h * p.q.head_stride);
+  view.k = ElementOffset(p.k.data, p.k.dtype, b * p.k.batch_stride + kv_h * p.k.head_stride);
+  view.v = ElementOffset(p.v.data, p.v.dtype, b * p.v.batch_stride + kv_h * p.v.head_stride);
+  view.out = ElementOffset(p.out.data, p.out.dtype, b * p.out.batch_stride + h * p.out.head_stride);
   view.q_stride = p.q.row_stride;
   view.k_stride = p.k.row_stride;
   view.v_stride = p.v.row_stride;

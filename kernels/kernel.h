@@ -15,6 +15,7 @@
 #include <limits>
 
 #include "attn/attn.h"
+#include "kernels/common/convert.h"
 
 namespace attn::internal {
 
@@ -23,10 +24,12 @@ namespace attn::internal {
 inline constexpr int64_t kNoCausal = std::numeric_limits<int64_t>::max() / 4;
 
 struct HeadView {
-  const float* q = nullptr;  // [tq][d], row stride q_stride
-  const float* k = nullptr;  // [tk][d], row stride k_stride
-  const float* v = nullptr;  // [tk][dv], row stride v_stride
-  float* out = nullptr;      // [tq][dv], row stride out_stride
+  // Q, K, V and O have element types q_type, k_type, v_type, out_type
+  // (attn::DType); their strides and offsets are in elements of that type.
+  const void* q = nullptr;  // [tq][d], row stride q_stride
+  const void* k = nullptr;  // [tk][d], row stride k_stride
+  const void* v = nullptr;  // [tk][dv], row stride v_stride
+  void* out = nullptr;      // [tq][dv], row stride out_stride
   float* lse = nullptr;      // [tq], stride lse_stride; may be null
   const float* mask = nullptr;  // additive M[i][j]; may be null
   int64_t q_stride = 0, k_stride = 0, v_stride = 0, out_stride = 0;
@@ -34,6 +37,18 @@ struct HeadView {
   int64_t tq = 0, tk = 0, d = 0, dv = 0;
   float scale = 1.0f;
   int64_t causal_offset = kNoCausal;
+  DType q_type = DType::kF32, k_type = DType::kF32, v_type = DType::kF32,
+        out_type = DType::kF32;
+
+  const void* QRow(int64_t i) const { return ElementOffset(q, q_type, i * q_stride); }
+  const void* KRow(int64_t j) const { return ElementOffset(k, k_type, j * k_stride); }
+  const void* VRow(int64_t j) const { return ElementOffset(v, v_type, j * v_stride); }
+  void* OutRow(int64_t i) const { return ElementOffset(out, out_type, i * out_stride); }
+  // Whether every tensor is float32 (the kernels' original, copy-free path).
+  bool AllF32() const {
+    return q_type == DType::kF32 && k_type == DType::kF32 && v_type == DType::kF32 &&
+           out_type == DType::kF32;
+  }
 
   bool Visible(int64_t i, int64_t j) const { return j <= i + causal_offset; }
   // Row i sees keys [0, KeyEnd(i)) (its causal limit, within [0, tk]); the

@@ -9,6 +9,33 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
+// Element `index` of a tensor of type `type`, exactly, in double. Decoded
+// here from the bit patterns' definition (IEEE binary16: sign, 5-bit
+// exponent biased by 15, 10-bit fraction, subnormals below 2^-14; bfloat16:
+// the upper half of a binary32), not with the kernels' conversions.
+double Element(const void* data, DType type, int64_t index) {
+  if (type == DType::kF32) return double(static_cast<const float*>(data)[index]);
+  const uint16_t bits = static_cast<const uint16_t*>(data)[index];
+  const double sign = (bits & 0x8000u) ? -1.0 : 1.0;
+  if (type == DType::kBF16) {
+    const int exponent = (bits >> 7) & 0xff;
+    const int fraction = bits & 0x7f;
+    if (exponent == 0xff) return fraction ? kNaN : sign * kInf;
+    if (exponent == 0) return sign * std::ldexp(double(fraction), -126 - 7);
+    return sign * std::ldexp(double(128 + fraction), exponent - 127 - 7);
+  }
+  const int exponent = (bits >> 10) & 0x1f;
+  const int fraction = bits & 0x3ff;
+  if (exponent == 0x1f) return fraction ? kNaN : sign * kInf;
+  if (exponent == 0) return sign * std::ldexp(double(fraction), -14 - 10);
+  return sign * std::ldexp(double(1024 + fraction), exponent - 15 - 10);
+}
+
+// Pointer to element `offset` of a tensor of type `type`.
+const void* Advance(const void* data, DType type, int64_t offset) {
+  return static_cast<const char*>(data) + offset * (type == DType::kF32 ? 4 : 2);
+}
+
 bool CausallyVisible(const Problem& p, int64_t i, int64_t j) {
   switch (p.causal) {
     case Causal::kNone: return true;
@@ -23,9 +50,9 @@ bool CausallyVisible(const Problem& p, int64_t i, int64_t j) {
 HeadStages Stages(const Problem& p, int64_t b, int64_t h) {
   const int64_t tq = p.q_len, tk = p.kv_len, d = p.head_dim, dv = p.ValueDim();
   const int64_t kv_h = h / (p.q_heads / p.kv_heads);
-  const float* q = p.q.data + b * p.q.batch_stride + h * p.q.head_stride;
-  const float* k = p.k.data + b * p.k.batch_stride + kv_h * p.k.head_stride;
-  const float* v = p.v.data + b * p.v.batch_stride + kv_h * p.v.head_stride;
+  const void* q = Advance(p.q.data, p.q.dtype, b * p.q.batch_stride + h * p.q.head_stride);
+  const void* k = Advance(p.k.data, p.k.dtype, b * p.k.batch_stride + kv_h * p.k.head_stride);
+  const void* v = Advance(p.v.data, p.v.dtype, b * p.v.batch_stride + kv_h * p.v.head_stride);
   const double scale = p.Scale();
 
   HeadStages s;
@@ -43,7 +70,8 @@ HeadStages Stages(const Problem& p, int64_t b, int64_t h) {
     for (int64_t j = 0; j < tk; ++j) {
       double dot = 0.0;
       for (int64_t c = 0; c < d; ++c) {
-        dot += double(q[i * p.q.row_stride + c]) * double(k[j * p.k.row_stride + c]);
+        dot += Element(q, p.q.dtype, i * p.q.row_stride + c) *
+               Element(k, p.k.dtype, j * p.k.row_stride + c);
       }
       const int64_t ij = i * tk + j;
       s.scores[ij] = dot;
@@ -86,7 +114,7 @@ HeadStages Stages(const Problem& p, int64_t b, int64_t h) {
     s.lse[i] = max + std::log(sum);
     for (int64_t j = 0; j < tk; ++j) {
       if (row[j] == -kInf) continue;  // a masked key's value is never read
-      for (int64_t c = 0; c < dv; ++c) o[c] += w[j] * double(v[j * p.v.row_stride + c]);
+      for (int64_t c = 0; c < dv; ++c) o[c] += w[j] * Element(v, p.v.dtype, j * p.v.row_stride + c);
     }
   }
   return s;

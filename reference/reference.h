@@ -3,7 +3,7 @@
 // correctness check, so it is written for clarity, shares no code with the
 // kernels (it does its own stride arithmetic) and is never fast.
 //
-//   scores  = Q·Kᵀ                      (inputs widened to double)
+//   scores  = Q·Kᵀ                      (inputs of any dtype, exactly in double)
 //   scaled  = scores · scale
 //   masked  = scaled + M, and -inf where the causal mask hides the key
 //   weights = softmax(masked) per row, with the row max subtracted first

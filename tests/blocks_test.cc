@@ -505,7 +505,8 @@ void CheckNarrowScoreTile(bt::DotCheck& check) {
             std::fill(scratch.q(r) + d, scratch.q(r) + q_stride, NAN);
             std::fill(scratch.s(r), scratch.s(r) + s_stride, bt::kSentinel);
           }
-          NarrowScoreTile<R>(scratch, row0, d, k.data(), k_stride, keys, keys, v.data(), dv, dv,
+          NarrowScoreTile<R>(scratch, row0, d, k.data(), DType::kF32, k_stride, keys, keys, v.data(),
+                             DType::kF32, dv, dv,
                              prefetch);
           for (int64_t r = 0; r < rows; ++r) {
             const std::string where = std::string(ThisTarget()) + ", R " + std::to_string(R) +

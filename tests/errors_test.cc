@@ -404,7 +404,7 @@ TEST(Errors, OutputsOverlappingOtherTensorsAreRejected) {
   {  // lse overlapping q
     Buffers b;
     Problem p = b.p;
-    p.lse.data = const_cast<float*>(p.q.data);
+    p.lse.data = test::F32Mutable(p.q);
     ExpectRejected(b, p, {"lse", "memory overlapping q", false});
   }
   {  // out overlapping the additive mask

@@ -466,7 +466,7 @@ TEST(Gqa, FullyMaskedRowsAreZeroWithLseMinusInf) {
       const int64_t b = 2;  // the all-padding batch
       for (int64_t h = 0; h < s.q_heads; ++h)
         for (int64_t i = 0; i < s.tq; ++i) {
-          const float* row = o.p.out.data + b * o.p.out.batch_stride + h * o.p.out.head_stride +
+          const float* row = test::F32(o.p.out) + b * o.p.out.batch_stride + h * o.p.out.head_stride +
                              i * o.p.out.row_stride;
           for (int64_t c = 0; c < s.d; ++c) ASSERT_EQ(row[c], 0.0f);
           ASSERT_EQ(o.p.lse.data[b * o.p.lse.batch_stride + h * o.p.lse.head_stride +
@@ -501,8 +501,8 @@ Parts ComputeParts(const Problem& p, const std::vector<int64_t>& bounds, const O
     const int64_t k0 = bounds[size_t(c)], k1 = bounds[size_t(c) + 1];
     Problem sub = p;
     sub.kv_len = k1 - k0;
-    sub.k.data += k0 * p.k.row_stride;
-    sub.v.data += k0 * p.v.row_stride;
+    sub.k.data = test::F32(p.k) + k0 * p.k.row_stride;
+    sub.v.data = test::F32(p.v) + k0 * p.v.row_stride;
     if (p.mask.data) sub.mask.data += k0 * p.mask.col_stride;
     if (c + 1 < n) {
       EXPECT_TRUE(p.causal == Causal::kNone ||
@@ -896,10 +896,10 @@ TEST(Llama, PrefillThenDecodeThroughTheCache) {
     SCOPED_TRACE("prefill head " + std::to_string(h));
     Problem sub = prefill;
     sub.q_heads = sub.kv_heads = 1;
-    sub.q.data += h * prefill.q.head_stride;
-    sub.k.data += (h / (kHq / kHkv)) * k.head_stride;
-    sub.v.data += (h / (kHq / kHkv)) * v.head_stride;
-    sub.out.data += h * prefill.out.head_stride;
+    sub.q.data = test::F32(prefill.q) + h * prefill.q.head_stride;
+    sub.k.data = test::F32(prefill.k) + (h / (kHq / kHkv)) * k.head_stride;
+    sub.v.data = test::F32(prefill.v) + (h / (kHq / kHkv)) * v.head_stride;
+    sub.out.data = test::F32(prefill.out) + h * prefill.out.head_stride;
     sub.lse.data += h * prefill.lse.head_stride;
     const reference::Result ref = reference::Attention(sub);
     const Errors got = MaxErrors(sub, ref);

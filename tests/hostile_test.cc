@@ -673,14 +673,14 @@ TEST(Hostile, OutputsOverlappingInputsAreRejected) {
     std::string expect = "out";
     switch (which) {
       case 0: p.out = Tensor{o.q.data(), p.q.batch_stride, p.q.head_stride, p.q.row_stride}; break;
-      case 1: p.out.data = const_cast<float*>(p.k.data); break;
-      case 2: p.out.data = const_cast<float*>(p.v.data) + 5; break;
+      case 1: p.out.data = test::F32Mutable(p.k); break;
+      case 2: p.out.data = test::F32Mutable(p.v) + 5; break;
       case 3: p.out.data = o.mask.data() + o.mask.size() - 1; break;
-      case 4: p.lse.data = const_cast<float*>(p.q.data) + 3; expect = "lse"; break;
-      case 5: p.lse.data = const_cast<float*>(p.k.data); expect = "lse"; break;
+      case 4: p.lse.data = test::F32Mutable(p.q) + 3; expect = "lse"; break;
+      case 5: p.lse.data = test::F32Mutable(p.k); expect = "lse"; break;
       case 6: p.lse.data = o.mask.data(); expect = "lse"; break;
-      case 7: p.lse.data = p.out.data + 1; expect = "out|lse"; break;
-      case 8: p.mask.data = p.out.data + 2; break;  // a mask read from the output
+      case 7: p.lse.data = test::F32(p.out) + 1; expect = "out|lse"; break;
+      case 8: p.mask.data = test::F32(p.out) + 2; break;  // a mask read from the output
     }
     SCOPED_TRACE(which);
     try {

@@ -194,8 +194,8 @@ struct Long {
   void CheckLastRows(int64_t rows) {
     Problem tail = p;
     tail.q_len = rows;
-    tail.q = ConstTensor{p.q.data + (tq - rows) * d, 0, 0, d};
-    tail.out = Tensor{p.out.data + (tq - rows) * d, 0, 0, d};
+    tail.q = ConstTensor{test::F32(p.q) + (tq - rows) * d, 0, 0, d};
+    tail.out = Tensor{test::F32(p.out) + (tq - rows) * d, 0, 0, d};
     tail.lse = LseOutput{p.lse.data + (tq - rows), 0, 0, 1};
     // Bottom-right causal on the tail alone is the same alignment: its last
     // query still sees every key.

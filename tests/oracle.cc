@@ -18,16 +18,44 @@ constexpr double kDenormStep = 1.401298464324817e-45;  // 2^-149
 constexpr double kSafe = 1e37;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-const float* QRow(const Problem& p, int64_t b, int64_t h, int64_t i) {
-  return p.q.data + b * p.q.batch_stride + h * p.q.head_stride + i * p.q.row_stride;
+// One row of a tensor of any element type, read as float (exact: every
+// bf16 / f16 value is a float).
+struct Row {
+  const void* data;
+  DType type;
+  float operator[](int64_t c) const {
+    const uint16_t* half = static_cast<const uint16_t*>(data);
+    switch (type) {
+      case DType::kBF16: return FromBFloat16Bits(half[c]);
+      case DType::kF16: return FromFloat16Bits(half[c]);
+      case DType::kF32: break;
+    }
+    return static_cast<const float*>(data)[c];
+  }
+};
+Row RowAt(const ConstTensor& t, int64_t b, int64_t h, int64_t i) {
+  const int64_t offset = b * t.batch_stride + h * t.head_stride + i * t.row_stride;
+  return Row{static_cast<const char*>(t.data) + offset * DTypeSize(t.dtype), t.dtype};
 }
+Row QRow(const Problem& p, int64_t b, int64_t h, int64_t i) { return RowAt(p.q, b, h, i); }
 int64_t KvHead(const Problem& p, int64_t h) { return h / (p.q_heads / p.kv_heads); }
-const float* KRow(const Problem& p, int64_t b, int64_t h, int64_t j) {
-  return p.k.data + b * p.k.batch_stride + KvHead(p, h) * p.k.head_stride + j * p.k.row_stride;
+Row KRow(const Problem& p, int64_t b, int64_t h, int64_t j) {
+  return RowAt(p.k, b, KvHead(p, h), j);
 }
-const float* VRow(const Problem& p, int64_t b, int64_t h, int64_t j) {
-  return p.v.data + b * p.v.batch_stride + KvHead(p, h) * p.v.head_stride + j * p.v.row_stride;
+Row VRow(const Problem& p, int64_t b, int64_t h, int64_t j) {
+  return RowAt(p.v, b, KvHead(p, h), j);
 }
+
+// Unit roundoff of an output element type and the largest finite value
+// (a bf16 / f16 output is the float32 result rounded once to nearest).
+double OutputRoundoff(DType t) {
+  return t == DType::kBF16 ? 1.0 / 256 : t == DType::kF16 ? 1.0 / 2048 : 0.0;
+}
+// Half the spacing of the type's subnormals: the absolute rounding floor.
+double OutputTinyStep(DType t) {
+  return t == DType::kBF16 ? std::ldexp(1.0, -134) : t == DType::kF16 ? std::ldexp(1.0, -25) : 0.0;
+}
+double OutputMax(DType t) { return t == DType::kF16 ? 65504.0 : 3.4028234663852886e38; }
 float MaskAt(const Problem& p, int64_t b, int64_t h, int64_t i, int64_t j) {
   return p.mask.data[b * p.mask.batch_stride + h * p.mask.head_stride + i * p.mask.row_stride +
                      j * p.mask.col_stride];
@@ -45,7 +73,7 @@ bool CausallyVisible(const Problem& p, int64_t i, int64_t j) {
 double MaxAbsV(const Problem& p, int64_t b, int64_t h) {
   double m = 0.0;
   for (int64_t j = 0; j < p.kv_len; ++j) {
-    const float* v = VRow(p, b, h, j);
+    const Row v = VRow(p, b, h, j);
     for (int64_t c = 0; c < p.ValueDim(); ++c) {
       if (std::isfinite(v[c])) m = std::max(m, std::fabs(double(v[c])));
     }
@@ -65,7 +93,7 @@ struct RowFigures {
 RowFigures Figures(const Problem& p, int64_t b, int64_t h, int64_t i) {
   RowFigures f;
   const double scale = std::fabs(double(p.Scale()));
-  const float* q = QRow(p, b, h, i);
+  const Row q = QRow(p, b, h, i);
   // The SIMD kernels fold the scale into Q: a q_c != 0 whose float32
   // product with the scale underflows to 0 meets an infinite k_c as
   // 0 * inf = NaN, where the reference has scale * (+-inf) = +-inf.
@@ -77,7 +105,7 @@ RowFigures Figures(const Problem& p, int64_t b, int64_t h, int64_t i) {
   }
   for (int64_t j = 0; j < p.kv_len; ++j) {
     if (!CausallyVisible(p, i, j)) continue;
-    const float* k = KRow(p, b, h, j);
+    const Row k = KRow(p, b, h, j);
     double sum = 0.0;
     for (int64_t c = 0; c < p.head_dim; ++c) {
       const double t = std::fabs(double(q[c]) * double(k[c]));
@@ -121,8 +149,7 @@ std::string Check(const Problem& p, const reference::Result& ref) {
       for (int64_t i = 0; i < p.q_len; ++i, ++l) {
         const std::string where = "b" + std::to_string(b) + " h" + std::to_string(h) + " row " +
                                   std::to_string(i);
-        const float* o = p.out.data + b * p.out.batch_stride + h * p.out.head_stride +
-                         i * p.out.row_stride;
+        const Row o = RowAt(p.out, b, h, i);
         const RowFigures f = Figures(p, b, h, i);
         const double score_err = (d + 4) * kU * f.a + 4 * kU * (f.a + f.m) +
                                  2 * d * kDenormStep * (f.kmax + std::fabs(double(p.Scale())) + 1) +
@@ -139,6 +166,14 @@ std::string Check(const Problem& p, const reference::Result& ref) {
           const double want = ref.out[r];
           const double got = o[c];
           const std::string at = where + " col " + std::to_string(c);
+          // A 16-bit output adds its own rounding of the float32 result
+          // (whose own error is bound_out); f16 overflows to inf past 65504.
+          const double roundoff = OutputRoundoff(p.out.dtype);
+          const double bound =
+              roundoff == 0.0 ? bound_out  // (bound_out may be inf: no 0 * inf)
+                              : bound_out + roundoff * (std::fabs(want) + bound_out) +
+                                    OutputTinyStep(p.out.dtype);
+          const bool may_overflow = std::fabs(want) + bound > OutputMax(p.out.dtype);
           if (!f.safe) {
             // Outside float32's range: any value. Overflow may give NaN
             // (even in a fully masked row: inf * 0 + -inf), or turn a
@@ -150,8 +185,10 @@ std::string Check(const Problem& p, const reference::Result& ref) {
             if (got != want && !std::isnan(got)) return Mismatch(at, want, got);
           } else if (want_lse == -kInf) {  // fully masked row: exactly 0
             if (got != 0.0) return Mismatch(at + " (fully masked row)", 0.0, got);
-          } else if (!(std::fabs(got - want) <= bound_out)) {
-            return Mismatch(at, want, got, bound_out);
+          } else if (may_overflow && std::isinf(got) && (got > 0) == (want > 0)) {
+            // Rounded past the output type's largest value.
+          } else if (!(std::fabs(got - want) <= bound)) {
+            return Mismatch(at, want, got, bound);
           }
         }
 
@@ -184,10 +221,10 @@ struct Dim {
 
 // Exact byte span of a strided tensor (last element + 1, times 4); -1 when it
 // does not fit in int64. Extents >= 1 and strides >= 0 assumed.
-__int128 SpanBytes(const Dim* dims, int n) {
+__int128 SpanBytes(const Dim* dims, int n, int element_bytes = 4) {
   __int128 last = 0;
   for (int i = 0; i < n; ++i) last += __int128(dims[i].extent - 1) * dims[i].stride;
-  const __int128 bytes = (last + 1) * 4;
+  const __int128 bytes = (last + 1) * element_bytes;
   return bytes > std::numeric_limits<int64_t>::max() ? -1 : bytes;
 }
 
@@ -247,15 +284,19 @@ std::string ValidityViolation(const Problem& p, const Options& o) {
     bool writable;
   };
   std::vector<Range> ranges;
-  auto tensor = [&](const std::string& n, const void* data, int64_t heads, int64_t rows,
-                    int64_t cols, int64_t bs, int64_t hs, int64_t rs, bool writable) -> std::string {
+  auto tensor = [&](const std::string& n, const ConstTensor& t, int64_t heads, int64_t rows,
+                    int64_t cols, bool writable) -> std::string {
+    const void* data = t.data;
+    const int64_t bs = t.batch_stride, hs = t.head_stride, rs = t.row_stride;
+    const int element_bytes = DTypeSize(t.dtype);
+    if (element_bytes == 0) return n + ".dtype";
     if (!data) return n + ".data";
     if (bs < 0) return n + ".batch_stride";
     if (hs < 0) return n + ".head_stride";
     if (rs < 0) return n + ".row_stride";
     if (rows > 1 && rs < cols) return n + ".row_stride";
     const Dim dims[4] = {{p.batch, bs}, {heads, hs}, {rows, rs}, {cols, 1}};
-    const __int128 bytes = SpanBytes(dims, 4);
+    const __int128 bytes = SpanBytes(dims, 4, element_bytes);
     if (bytes < 0) return n;
     if (writable && MapsTwoToOne({dims, dims + 4})) return n;
     const __int128 begin = __int128(reinterpret_cast<uintptr_t>(data));
@@ -263,14 +304,10 @@ std::string ValidityViolation(const Problem& p, const Options& o) {
     return "";
   };
   std::string why;
-  if (!(why = tensor("q", p.q.data, p.q_heads, p.q_len, p.head_dim, p.q.batch_stride,
-                     p.q.head_stride, p.q.row_stride, false)).empty()) return why;
-  if (!(why = tensor("k", p.k.data, p.kv_heads, p.kv_len, p.head_dim, p.k.batch_stride,
-                     p.k.head_stride, p.k.row_stride, false)).empty()) return why;
-  if (!(why = tensor("v", p.v.data, p.kv_heads, p.kv_len, dv, p.v.batch_stride,
-                     p.v.head_stride, p.v.row_stride, false)).empty()) return why;
-  if (!(why = tensor("out", p.out.data, p.q_heads, p.q_len, dv, p.out.batch_stride,
-                     p.out.head_stride, p.out.row_stride, true)).empty()) return why;
+  if (!(why = tensor("q", p.q, p.q_heads, p.q_len, p.head_dim, false)).empty()) return why;
+  if (!(why = tensor("k", p.k, p.kv_heads, p.kv_len, p.head_dim, false)).empty()) return why;
+  if (!(why = tensor("v", p.v, p.kv_heads, p.kv_len, dv, false)).empty()) return why;
+  if (!(why = tensor("out", p.out, p.q_heads, p.q_len, dv, true)).empty()) return why;
   if (p.mask.data) {
     const AdditiveMask& m = p.mask;
     if (m.batch_stride < 0) return bad("mask.batch_stride");

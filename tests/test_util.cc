@@ -16,6 +16,11 @@ std::string Shape::Name() const {
      << d << "_dv" << (dv ? dv : d) << "_causal" << int(causal) << (additive_mask ? "_mask" : "")
      << (fully_masked_rows ? "_fm" + std::to_string(fully_masked_rows) : "") << "_mag"
      << magnitude << (layout == Layout::kBTHD ? "_BTHD" : "") << "_pad" << row_padding;
+  if (q_type != DType::kF32 || k_type != DType::kF32 || v_type != DType::kF32 ||
+      out_type != DType::kF32) {
+    os << "_" << DTypeName(q_type) << "_" << DTypeName(k_type) << "_" << DTypeName(v_type) << "_"
+       << DTypeName(out_type);
+  }
   return os.str();
 }
 
@@ -25,8 +30,37 @@ constexpr float kSentinel = -12345.0f;
 
 void OwnedProblem::ClearOutputs() {
   std::fill(out.begin(), out.end(), kSentinel);
+  const uint16_t sentinel16 =
+      shape.out_type == DType::kF16 ? Float16Bits(kSentinel) : BFloat16Bits(kSentinel);
+  std::fill(out16.begin(), out16.end(), sentinel16);
   std::fill(lse.begin(), lse.end(), kSentinel);
 }
+
+float ElementAt(const ConstTensor& t, int64_t offset) {
+  switch (t.dtype) {
+    case DType::kBF16: return FromBFloat16Bits(static_cast<const uint16_t*>(t.data)[offset]);
+    case DType::kF16: return FromFloat16Bits(static_cast<const uint16_t*>(t.data)[offset]);
+    case DType::kF32: break;
+  }
+  return static_cast<const float*>(t.data)[offset];
+}
+
+namespace {
+// Rounds `values` to `type` into bits (bf16 / f16) and keeps the rounded
+// values in `values` too (what the reference and MaxErrors read back).
+void RoundTo(DType type, std::vector<float>& values, std::vector<uint16_t>& bits) {
+  if (type == DType::kF32) return;
+  bits.resize(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    bits[i] = type == DType::kBF16 ? BFloat16Bits(values[i]) : Float16Bits(values[i]);
+    values[i] = type == DType::kBF16 ? FromBFloat16Bits(bits[i]) : FromFloat16Bits(bits[i]);
+  }
+}
+// The tensor's data: the 16-bit bits when its type is bf16 / f16.
+void* DataOf(DType type, std::vector<float>& f32, std::vector<uint16_t>& bits) {
+  return type == DType::kF32 ? static_cast<void*>(f32.data()) : static_cast<void*>(bits.data());
+}
+}  // namespace
 
 OwnedProblem MakeProblem(const Shape& s) {
   OwnedProblem o;
@@ -58,6 +92,10 @@ OwnedProblem MakeProblem(const Shape& s) {
   const auto vs = layout(s.kv_heads, s.tk, dv, o.v, [&] { return unit(rng); });
   const auto os = layout(s.q_heads, s.tq, dv, o.out, [] { return 0.0f; });
   o.lse.assign(size_t(s.batch * s.q_heads * s.tq), 0.0f);
+  RoundTo(s.q_type, o.q, o.q16);
+  RoundTo(s.k_type, o.k, o.k16);
+  RoundTo(s.v_type, o.v, o.v16);
+  RoundTo(s.out_type, o.out, o.out16);
 
   Problem& p = o.problem;
   p.batch = s.batch;
@@ -67,10 +105,10 @@ OwnedProblem MakeProblem(const Shape& s) {
   p.kv_len = s.tk;
   p.head_dim = s.d;
   if (s.dv) p.value_dim = s.dv;
-  p.q = ConstTensor{o.q.data(), qs[0], qs[1], qs[2]};
-  p.k = ConstTensor{o.k.data(), ks[0], ks[1], ks[2]};
-  p.v = ConstTensor{o.v.data(), vs[0], vs[1], vs[2]};
-  p.out = Tensor{o.out.data(), os[0], os[1], os[2]};
+  p.q = ConstTensor{DataOf(s.q_type, o.q, o.q16), qs[0], qs[1], qs[2], s.q_type};
+  p.k = ConstTensor{DataOf(s.k_type, o.k, o.k16), ks[0], ks[1], ks[2], s.k_type};
+  p.v = ConstTensor{DataOf(s.v_type, o.v, o.v16), vs[0], vs[1], vs[2], s.v_type};
+  p.out = Tensor{DataOf(s.out_type, o.out, o.out16), os[0], os[1], os[2], s.out_type};
   p.lse = LseOutput{o.lse.data(), s.q_heads * s.tq, s.tq, 1};
   p.causal = s.causal;
   if (s.additive_mask) {
@@ -110,9 +148,10 @@ Errors MaxErrors(const Problem& p, const reference::Result& ref) {
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.q_heads; ++h)
       for (int64_t i = 0; i < p.q_len; ++i) {
-        const float* o = p.out.data + b * p.out.batch_stride + h * p.out.head_stride +
-                         i * p.out.row_stride;
-        for (int64_t c = 0; c < dv; ++c) e.out = std::max(e.out, Diff(o[c], ref.out[r++]));
+        const int64_t o = b * p.out.batch_stride + h * p.out.head_stride + i * p.out.row_stride;
+        for (int64_t c = 0; c < dv; ++c) {
+          e.out = std::max(e.out, Diff(ElementAt(p.out, o + c), ref.out[r++]));
+        }
         if (p.lse.data) {
           const float got = p.lse.data[b * p.lse.batch_stride + h * p.lse.head_stride +
                                        i * p.lse.row_stride];
@@ -149,10 +188,10 @@ Bound BoundFromNaive(const Errors& naive, const Problem& p, const reference::Res
   for (int64_t b = 0; b < p.batch; ++b)
     for (int64_t h = 0; h < p.kv_heads; ++h)
       for (int64_t j = 0; j < p.kv_len; ++j) {
-        const float* v = p.v.data + b * p.v.batch_stride + h * p.v.head_stride +
-                         j * p.v.row_stride;
+        const int64_t v = b * p.v.batch_stride + h * p.v.head_stride + j * p.v.row_stride;
         for (int64_t c = 0; c < dv; ++c) {
-          if (std::isfinite(v[c])) max_v = std::max(max_v, double(std::fabs(v[c])));
+          const float x = ElementAt(p.v, v + c);
+          if (std::isfinite(x)) max_v = std::max(max_v, double(std::fabs(x)));
         }
       }
   double max_lse = 1.0;
@@ -160,7 +199,14 @@ Bound BoundFromNaive(const Errors& naive, const Problem& p, const reference::Res
     if (std::isfinite(x)) max_lse = std::max(max_lse, std::fabs(x));
   }
   Bound b;
-  b.out = 4.0 * naive.out + 16.0 * FLT_EPSILON * max_v;
+  // A bf16 / f16 output is each kernel's float32 result rounded once; two
+  // float32 results a few ULPs apart can round to neighbouring values of the
+  // output type, one of its ULPs of |out| <= max|V| apart, whatever naive's
+  // own error happened to be.
+  const double out_ulp = p.out.dtype == DType::kBF16 ? 1.0 / 128
+                         : p.out.dtype == DType::kF16 ? 1.0 / 1024
+                                                      : 0.0;
+  b.out = 4.0 * naive.out + 16.0 * FLT_EPSILON * max_v + out_ulp * max_v;
   b.lse = 4.0 * naive.lse + 16.0 * FLT_EPSILON * max_lse;
   return b;
 }

@@ -22,21 +22,37 @@ struct Shape {
   int fully_masked_rows = 0;    // rows of the additive mask set to all -inf
   float magnitude = 1.0f;       // Q and K entries uniform in ±magnitude
   Layout layout = Layout::kBHTD;
-  int64_t row_padding = 0;      // extra floats after every row of Q, K, V, O
+  int64_t row_padding = 0;      // extra elements after every row of Q, K, V, O
   uint64_t seed = 1;
+  // Element types. A 16-bit tensor holds the random float values rounded to
+  // it (the reference reads the rounded values).
+  DType q_type = DType::kF32, k_type = DType::kF32, v_type = DType::kF32,
+        out_type = DType::kF32;
   std::string Name() const;
 };
 inline void PrintTo(const Shape& s, std::ostream* os) { *os << s.Name(); }
 
-// A problem with its own buffers (the Problem points into them).
+// A problem with its own buffers (the Problem points into them): q, k, v,
+// out for float32 tensors, the *16 buffers (bit patterns) for bf16 / f16.
 struct OwnedProblem {
   Shape shape;
   std::vector<float> q, k, v, mask, out, lse;
+  std::vector<uint16_t> q16, k16, v16, out16;
   Problem problem;
   // Fills out/lse with a sentinel so that untouched entries are detectable.
   void ClearOutputs();
 };
 OwnedProblem MakeProblem(const Shape& shape);
+
+// The data of a float32 tensor (the tests that build their own problems).
+inline const float* F32(const ConstTensor& t) { return static_cast<const float*>(t.data); }
+inline float* F32(const Tensor& t) { return static_cast<float*>(t.data); }
+inline float* F32Mutable(const ConstTensor& t) {
+  return const_cast<float*>(static_cast<const float*>(t.data));
+}
+
+// Element `offset` (in elements) of a tensor of any dtype, as float.
+float ElementAt(const ConstTensor& t, int64_t offset);
 
 // Largest |out - ref| over all outputs (read through the problem's strides)
 // and over lse. NaN in both counts as equal; NaN in one only, or a mismatch
@@ -49,7 +65,8 @@ Errors MaxErrors(const Problem& p, const reference::Result& ref);
 
 // The bound a kernel's error must meet on a problem (see test_util.cc for
 // the justification): a few times the naive float32 kernel's own error on
-// the same input, plus a floor of a few ULPs of the output magnitude.
+// the same input, plus a floor of a few ULPs of the output magnitude (one
+// ULP of the output type for a bf16 / f16 output).
 struct Bound {
   double out = 0.0;
   double lse = 0.0;

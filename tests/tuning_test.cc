@@ -591,7 +591,7 @@ TEST(ShapeTuner, FollowsTheTimerAndRejectsACorruptingCandidate) {
   attn_tune::AttnCandidate corrupt{KernelId::kBlocked, Tiles{16, 64, 1}, false, {}};
   corrupt.run = [](const Problem& p, const Options& o) {
     attention(p, o);
-    p.out.data[5 * p.out.row_stride + 3] += 1e-2f;
+    test::F32(p.out)[5 * p.out.row_stride + 3] += 1e-2f;
   };
   // And one that leaves the last query row unwritten.
   attn_tune::AttnCandidate lazy{KernelId::kStreaming, Tiles{16, 64, 1}, false, {}};
@@ -690,7 +690,7 @@ TEST(ShapeTuner, SampledRowsCheckLargeCausalShapesAndCatchCorruption) {
   attn_tune::AttnCandidate corrupt{KernelId::kStreaming, Tiles{64, 128, 1}, false, {}};
   corrupt.run = [](const Problem& p, const Options& o) {
     attention(p, o);
-    p.out.data[(p.q_len / 2) * p.out.row_stride] += 1e-2f;
+    test::F32(p.out)[(p.q_len / 2) * p.out.row_stride] += 1e-2f;
   };
   candidates.push_back(corrupt);
   const attn_tune::ShapeResult r = attn_tune::TuneOneShape(

@@ -3,10 +3,13 @@
 //   O = softmax(Q·Kᵀ · scale + M) · V        (row softmax, row max subtracted)
 //
 // One problem description (attn::Problem) and one entry point
-// (attn::attention) serve every kernel. Tensors are float32 and addressed
-// through element strides, so [B,H,T,d], [B,T,H,d] and padded rows (a KV
-// cache with spare capacity) all work without copies. The innermost dimension
-// (d or d_v) must be contiguous.
+// (attn::attention) serve every kernel. Q, K, V and O are each float32,
+// bfloat16 or float16 (IEEE binary16), independently (attn::DType); the mask
+// and lse are float32 and every kernel accumulates in float32 (the
+// precision contract is in the README). Tensors are addressed through
+// element strides, so [B,H,T,d], [B,T,H,d] and padded rows (a KV cache with
+// spare capacity) all work without copies. The innermost dimension (d or
+// d_v) must be contiguous.
 //
 // Errors: every invalid field throws attn::Error, whose message names the
 // field and its value (e.g. "attn: q_len must be >= 1, got 0"). Validation
@@ -21,34 +24,65 @@
 
 namespace attn {
 
-// A read-only float tensor of logical shape [batch, heads, rows, cols] with
-// cols contiguous. Strides are in elements (not bytes) and may be 0
-// (broadcast) for batch/heads.
+// Element type of Q, K, V and O. Values are the C API's attn_dtype_t.
+enum class DType : int {
+  kF32 = 0,   // IEEE binary32
+  kBF16 = 1,  // bfloat16: the top 16 bits of a binary32 (8-bit exponent)
+  kF16 = 2,   // IEEE binary16 (5-bit exponent, 10 mantissa bits)
+};
+// "f32", "bf16", "f16"; "?" for a value outside the enum.
+const char* DTypeName(DType type);
+// Parses "f32", "bf16" or "f16" (also "float32", "bfloat16", "float16");
+// throws Error (field "dtype") naming the accepted names.
+DType ParseDType(const std::string& name);
+// Bytes per element: 4 or 2 (0 for a value outside the enum).
+int DTypeSize(DType type);
+
+// Conversions between float and the 16-bit types' bit patterns, as the
+// kernels do them: widening is exact; narrowing rounds to nearest, ties to
+// even, keeps ±0, ±inf and NaN (quiet), and overflows to ±inf (f16 above
+// 65520). For filling inputs and reading outputs.
+uint16_t BFloat16Bits(float value);
+uint16_t Float16Bits(float value);
+float FromBFloat16Bits(uint16_t bits);
+float FromFloat16Bits(uint16_t bits);
+
+// A read-only tensor of logical shape [batch, heads, rows, cols] with cols
+// contiguous, of element type `dtype`. Strides are in elements (not bytes)
+// and may be 0 (broadcast) for batch/heads.
 struct ConstTensor {
-  const float* data = nullptr;
+  const void* data = nullptr;
   int64_t batch_stride = 0;
   int64_t head_stride = 0;
   int64_t row_stride = 0;
+  DType dtype = DType::kF32;
 };
 
 // The writable counterpart, for O. Converts to ConstTensor, so that
 // DenseBHTD(non_const_pointer, ...) also serves for Q, K and V.
 struct Tensor {
-  float* data = nullptr;
+  void* data = nullptr;
   int64_t batch_stride = 0;
   int64_t head_stride = 0;
   int64_t row_stride = 0;
-  operator ConstTensor() const { return {data, batch_stride, head_stride, row_stride}; }
+  DType dtype = DType::kF32;
+  operator ConstTensor() const { return {data, batch_stride, head_stride, row_stride, dtype}; }
 };
 
-// Dense row-major [B, H, T, cols] strides.
+// Dense row-major [B, H, T, cols] strides; float32 unless a dtype is given.
 ConstTensor DenseBHTD(const float* data, int64_t heads, int64_t rows,
                       int64_t cols);
 Tensor DenseBHTD(float* data, int64_t heads, int64_t rows, int64_t cols);
+ConstTensor DenseBHTD(const void* data, DType dtype, int64_t heads, int64_t rows,
+                      int64_t cols);
+Tensor DenseBHTD(void* data, DType dtype, int64_t heads, int64_t rows, int64_t cols);
 // Dense row-major [B, T, H, cols] strides (the "sequence-major" layout).
 ConstTensor DenseBTHD(const float* data, int64_t heads, int64_t rows,
                       int64_t cols);
 Tensor DenseBTHD(float* data, int64_t heads, int64_t rows, int64_t cols);
+ConstTensor DenseBTHD(const void* data, DType dtype, int64_t heads, int64_t rows,
+                      int64_t cols);
+Tensor DenseBTHD(void* data, DType dtype, int64_t heads, int64_t rows, int64_t cols);
 
 // Causal masking. A masked (query i, key j) pair is removed from the softmax
 // entirely (as if its score were -inf).
@@ -205,7 +239,8 @@ class Error : public std::invalid_argument {
 // - A NaN lse in any part makes the row's output and lse NaN; +inf (not a
 //   valid log-sum-exp) also gives NaN. NaN in a contributing part's output
 //   propagates through the sum.
-// - Weights and sums are computed in double, outputs rounded to float once.
+// - Weights and sums are computed in double, outputs rounded once to their
+//   element type (each part's and the output's dtype may differ).
 struct MergePart {
   ConstTensor out;  // [batch, q_heads, q_len, value_dim], rows contiguous
   ConstLse lse;     // [batch, q_heads, q_len]; required

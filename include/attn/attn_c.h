@@ -51,20 +51,30 @@ typedef enum attn_kernel_t {
   ATTN_KERNEL_PARALLEL = 4
 } attn_kernel_t;
 
-/** Read-only tensor [batch, heads, rows, cols], cols contiguous. */
+/** Element type of Q, K, V and O; see attn::DType. 0 (the default) is f32. */
+typedef enum attn_dtype_t {
+  ATTN_F32 = 0,  /**< IEEE binary32 */
+  ATTN_BF16 = 1, /**< bfloat16 (uint16_t bit patterns) */
+  ATTN_F16 = 2   /**< IEEE binary16 (uint16_t bit patterns, or _Float16) */
+} attn_dtype_t;
+
+/** Read-only tensor [batch, heads, rows, cols], cols contiguous, of element
+ * type dtype (strides in elements). */
 typedef struct attn_tensor_t {
-  const float* data;
+  const void* data;
   int64_t batch_stride;
   int64_t head_stride;
   int64_t row_stride;
+  attn_dtype_t dtype;
 } attn_tensor_t;
 
 /** Writable tensor (the output), same layout rules as attn_tensor_t. */
 typedef struct attn_out_tensor_t {
-  float* data;
+  void* data;
   int64_t batch_stride;
   int64_t head_stride;
   int64_t row_stride;
+  attn_dtype_t dtype;
 } attn_out_tensor_t;
 
 /** Additive mask M[b][h][i][j]; data NULL means none; strides may be 0. */
@@ -114,7 +124,7 @@ typedef struct attn_options_t {
 } attn_options_t;
 
 /** Sets every field to its default (batch = heads = 1, mask col_stride 1,
- * lse row_stride 1, everything else 0/NULL). */
+ * lse row_stride 1, every dtype ATTN_F32, everything else 0/NULL). */
 void attn_problem_init(attn_problem_t* problem);
 /** Sets every field to its default (auto kernel, default threads/tiles). */
 void attn_options_init(attn_options_t* options);

@@ -9,6 +9,9 @@
 // one round trip through the scratch (4·T_k·P bytes per panel: in L2 up to a
 // few thousand keys). Extra memory O(T_k·P): bounded per panel, but not
 // independent of T_k; the streaming kernel is the one for long contexts.
+// bf16 / f16 K and V tiles are widened per panel, one at a time, into
+// kv_block·max(d, dv) floats (widen-inl.h); Q is widened when packed, O
+// rounded when written.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/blocked/blocked.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -20,6 +23,7 @@
 #include "kernels/kernel.h"
 #include "kernels/common/microkernels-inl.h"
 #include "kernels/common/softmax-inl.h"
+#include "kernels/common/widen-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
@@ -27,7 +31,7 @@ namespace HWY_NAMESPACE {
 
 void BlockedHead(const internal::HeadView& h, const Tiles& tiles, float* HWY_RESTRICT qt,
                  float* HWY_RESTRICT ot, float* HWY_RESTRICT st, float* HWY_RESTRICT stats,
-                 uint8_t* HWY_RESTRICT v_bad) {
+                 uint8_t* HWY_RESTRICT v_bad, float* HWY_RESTRICT widened) {
   const int64_t P = int64_t(PanelWidth());
   const int64_t kv_block = std::max<int64_t>(1, tiles.kv_block);
   const PanelStats s{stats, stats + P, stats + 2 * P};
@@ -38,20 +42,22 @@ void BlockedHead(const internal::HeadView& h, const Tiles& tiles, float* HWY_RES
   bool any_bad = false;
   for (int64_t j0 = 0; j0 < head_keys; j0 += kv_block) {
     const int64_t tile_keys = std::min(kv_block, head_keys - j0);
-    v_bad[j0 / kv_block] = HasNonFinite(h.v + j0 * h.v_stride, h.v_stride, tile_keys, h.dv);
+    const FloatRows v = WidenRows(h.VRow(j0), h.v_type, h.v_stride, tile_keys, h.dv, widened);
+    v_bad[j0 / kv_block] = HasNonFinite(v.data, v.stride, tile_keys, h.dv);
     any_bad |= v_bad[j0 / kv_block] != 0;
   }
   NonFiniteV bad_v;
   for (int64_t r0 = 0; r0 < h.tq; r0 += P) {
     const int64_t rows = std::min(P, h.tq - r0);
-    PackQueryPanel(h.q + r0 * h.q_stride, h.q_stride, rows, h.d, h.scale, qt);
+    PackQueryPanel(h.QRow(r0), h.q_type, h.q_stride, rows, h.d, h.scale, qt);
     ResetStats(s);
     std::fill(ot, ot + h.dv * P, 0.0f);
     const int64_t keys = h.KeyEnd(r0 + rows - 1);
     for (int64_t j0 = 0; j0 < keys; j0 += kv_block) {
       const int64_t tile_keys = std::min(kv_block, keys - j0);
       float* tile = st + j0 * P;
-      ScoreTile(qt, h.d, h.k + j0 * h.k_stride, h.k_stride, tile_keys, tile);
+      const FloatRows k = WidenRows(h.KRow(j0), h.k_type, h.k_stride, tile_keys, h.d, widened);
+      ScoreTile(qt, h.d, k.data, k.stride, tile_keys, tile);
       if (h.mask) {
         AddMaskTile(h.mask + r0 * h.mask_row_stride + j0 * h.mask_col_stride, h.mask_row_stride,
                     h.mask_col_stride, rows, tile_keys, tile);
@@ -68,12 +74,13 @@ void BlockedHead(const internal::HeadView& h, const Tiles& tiles, float* HWY_RES
     for (int64_t j0 = 0; j0 < keys; j0 += kv_block) {
       const int64_t tile_keys = std::min(kv_block, keys - j0);
       const bool bad = any_bad && v_bad[j0 / kv_block];
-      const float* v = h.v + j0 * h.v_stride;
-      if (bad) bad_v.Clean(v, h.v_stride, tile_keys, h.dv);
-      MixTile(st + j0 * P, tile_keys, bad ? bad_v.clean() : v, bad ? h.dv : h.v_stride, h.dv, ot);
+      const FloatRows v = WidenRows(h.VRow(j0), h.v_type, h.v_stride, tile_keys, h.dv, widened);
+      if (bad) bad_v.Clean(v.data, v.stride, tile_keys, h.dv);
+      MixTile(st + j0 * P, tile_keys, bad ? bad_v.clean() : v.data, bad ? h.dv : v.stride, h.dv,
+              ot);
       if (bad) bad_v.AddTo(st + j0 * P, tile_keys, ot);
     }
-    FinishPanel(ot, s, rows, h.dv, h.out + r0 * h.out_stride, h.out_stride,
+    FinishPanel(ot, s, rows, h.dv, h.OutRow(r0), h.out_type, h.out_stride,
                 h.lse ? h.lse + r0 * h.lse_stride : nullptr, h.lse_stride);
   }
 }
@@ -87,10 +94,15 @@ void BlockedAttentionImpl(const Problem& p, const internal::RunConfig& config) {
   auto stats = hwy::AllocateAligned<float>(3 * P);
   const int64_t kv_block = std::max<int64_t>(1, config.tiles.kv_block);
   auto v_bad = hwy::AllocateAligned<uint8_t>(size_t((p.kv_len + kv_block - 1) / kv_block));
-  if (!qt || !ot || !st || !stats || !v_bad) throw std::bad_alloc();
+  // One widened K or V tile (bf16 / f16 only).
+  const bool f32_kv = p.k.dtype == DType::kF32 && p.v.dtype == DType::kF32;
+  auto widened = hwy::AllocateAligned<float>(
+      f32_kv ? 1 : size_t(std::min<int64_t>(kv_block, p.kv_len) * std::max(p.head_dim, dv)));
+  if (!qt || !ot || !st || !stats || !v_bad || !widened) throw std::bad_alloc();
   const internal::HeadViews views(p);
   for (int64_t i = 0; i < views.size(); ++i) {
-    BlockedHead(views[i], config.tiles, qt.get(), ot.get(), st.get(), stats.get(), v_bad.get());
+    BlockedHead(views[i], config.tiles, qt.get(), ot.get(), st.get(), stats.get(), v_bad.get(),
+                widened.get());
   }
 }
 

@@ -3,6 +3,8 @@
 // next to the partial attentions.
 #include "kernels/common/merge.h"
 
+#include "kernels/common/convert.h"
+
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -10,13 +12,13 @@
 namespace attn::internal {
 namespace {
 
-// Row i of part s: out_at(s, i) -> const float* (dv floats), lse_at(s, i).
+// Row i of part s: out_at(s, i, c) -> its element c, lse_at(s, i).
 // Acc is the type of the weights and sums. For each output element the sum
 // over parts runs in part order, and all of a row's inputs are read before
 // its outputs are written (in-place safe for an exact alias).
 template <typename Acc, typename OutAt, typename LseAt>
 void MergeRows(int64_t rows, int64_t dv, int parts, OutAt out_at, LseAt lse_at, Acc* w,
-               float* out, int64_t out_stride, float* lse, int64_t lse_stride) {
+               void* out, DType out_type, int64_t out_stride, float* lse, int64_t lse_stride) {
   constexpr Acc kInf = std::numeric_limits<Acc>::infinity();
   for (int64_t i = 0; i < rows; ++i) {
     Acc max = -kInf;
@@ -26,10 +28,10 @@ void MergeRows(int64_t rows, int64_t dv, int parts, OutAt out_at, LseAt lse_at, 
       nan |= std::isnan(l);
       max = l > max ? l : max;
     }
-    float* o = out + i * out_stride;
+    void* o = ElementOffset(out, out_type, i * out_stride);
     if (nan || max == -kInf) {
       const float fill = nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
-      for (int64_t c = 0; c < dv; ++c) o[c] = fill;
+      for (int64_t c = 0; c < dv; ++c) StoreElement(o, out_type, c, fill);
       if (lse) lse[i * lse_stride] = nan ? fill : -std::numeric_limits<float>::infinity();
       continue;
     }
@@ -46,9 +48,9 @@ void MergeRows(int64_t rows, int64_t dv, int parts, OutAt out_at, LseAt lse_at, 
     for (int64_t c = 0; c < dv; ++c) {
       Acc acc = 0;
       for (int s = 0; s < parts; ++s) {
-        if (!(w[s] < Acc(0))) acc += w[s] * Acc(out_at(s, i)[c]);
+        if (!(w[s] < Acc(0))) acc += w[s] * Acc(out_at(s, i, c));
       }
-      o[c] = float(acc);
+      StoreElement(o, out_type, c, float(acc));
     }
     if (lse) lse[i * lse_stride] = float(row_lse);
   }
@@ -58,25 +60,29 @@ void MergeRows(int64_t rows, int64_t dv, int parts, OutAt out_at, LseAt lse_at, 
 
 void MergePartials(int64_t rows, int64_t dv, int parts, const float* out_parts,
                    int64_t part_stride, const float* lse_parts, int64_t lse_part_stride,
-                   float* out, int64_t out_stride, float* lse, int64_t lse_stride) {
+                   void* out, DType out_type, int64_t out_stride, float* lse,
+                   int64_t lse_stride) {
   float stack_w[64];
   std::vector<float> heap_w(parts > 64 ? size_t(parts) : 0);
   float* w = parts > 64 ? heap_w.data() : stack_w;
   MergeRows<float>(
       rows, dv, parts,
-      [&](int s, int64_t i) { return out_parts + s * part_stride + i * dv; },
-      [&](int s, int64_t i) { return lse_parts[s * lse_part_stride + i]; }, w, out, out_stride,
-      lse, lse_stride);
+      [&](int s, int64_t i, int64_t c) { return out_parts[s * part_stride + i * dv + c]; },
+      [&](int s, int64_t i) { return lse_parts[s * lse_part_stride + i]; }, w, out, out_type,
+      out_stride, lse, lse_stride);
 }
 
 void MergePartialRows(int64_t rows, int64_t dv, int parts, const PartialRows* partials,
-                      double* weights, float* out, int64_t out_stride, float* lse,
-                      int64_t lse_stride) {
+                      double* weights, void* out, DType out_type, int64_t out_stride,
+                      float* lse, int64_t lse_stride) {
   MergeRows<double>(
       rows, dv, parts,
-      [&](int s, int64_t i) { return partials[s].out + i * partials[s].out_stride; },
+      [&](int s, int64_t i, int64_t c) {
+        const PartialRows& p = partials[s];
+        return LoadElement(p.out, p.out_type, i * p.out_stride + c);
+      },
       [&](int s, int64_t i) { return partials[s].lse[i * partials[s].lse_stride]; }, weights,
-      out, out_stride, lse, lse_stride);
+      out, out_type, out_stride, lse, lse_stride);
 }
 
 }  // namespace attn::internal

@@ -1,6 +1,8 @@
 #pragma once
 #include <cstdint>
 
+#include "attn/attn.h"  // DType
+
 namespace attn::internal {
 
 // Merges `parts` partial attention results over disjoint key ranges into the
@@ -10,15 +12,18 @@ namespace attn::internal {
 // lse_parts[s*lse_part_stride + i]. A part with lse -inf (no visible key)
 // has weight 0 and its output is not read; all parts -inf gives out 0,
 // lse -inf; a NaN lse gives NaN. float arithmetic (split-KV inside the
-// parallel kernel).
+// parallel kernel); `out` of element type out_type (rounded once).
 void MergePartials(int64_t rows, int64_t dv, int parts, const float* out_parts,
                    int64_t part_stride, const float* lse_parts, int64_t lse_part_stride,
-                   float* out, int64_t out_stride, float* lse, int64_t lse_stride);
+                   void* out, DType out_type, int64_t out_stride, float* lse,
+                   int64_t lse_stride);
 
-// One partial result seen as rows: row i's dv outputs start at
-// out + i*out_stride (contiguous), its log-sum-exp is lse[i*lse_stride].
+// One partial result seen as rows: row i's dv outputs (of element type
+// out_type) start at element i*out_stride of out (contiguous), its
+// log-sum-exp is lse[i*lse_stride].
 struct PartialRows {
-  const float* out = nullptr;
+  const void* out = nullptr;
+  DType out_type = DType::kF32;
   int64_t out_stride = 0;
   const float* lse = nullptr;
   int64_t lse_stride = 0;
@@ -30,7 +35,7 @@ struct PartialRows {
 // (same pointer and stride) and `lse` exactly one part's lse: in-place
 // accumulation. `weights` is scratch for `parts` doubles. lse may be null.
 void MergePartialRows(int64_t rows, int64_t dv, int parts, const PartialRows* partials,
-                      double* weights, float* out, int64_t out_stride, float* lse,
-                      int64_t lse_stride);
+                      double* weights, void* out, DType out_type, int64_t out_stride,
+                      float* lse, int64_t lse_stride);
 
 }  // namespace attn::internal

@@ -34,7 +34,9 @@
 #include <limits>
 #include <vector>
 
+#include "attn/attn.h"  // DType
 #include "hwy/highway.h"
+#include "kernels/common/widen-inl.h"  // WithStorageType, WidenScalar
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
@@ -59,17 +61,22 @@ constexpr int kRows = 12;
 // Queries per panel on this target.
 HWY_INLINE size_t PanelWidth() { return kPanelVectors * hn::Lanes(DF()); }
 
-// Qt[c][i] = scale * q[i][c] for i < rows, 0 for the padding rows.
-HWY_INLINE void PackQueryPanel(const float* HWY_RESTRICT q, int64_t q_stride,
+// Qt[c][i] = scale * q[i][c] for i < rows, 0 for the padding rows; q of
+// element type q_type (widened exactly, then scaled in float32).
+HWY_INLINE void PackQueryPanel(const void* HWY_RESTRICT q, DType q_type, int64_t q_stride,
                                int64_t rows, int64_t d, float scale,
                                float* HWY_RESTRICT qt) {
   const size_t P = PanelWidth();
-  for (int64_t c = 0; c < d; ++c) {
-    float* HWY_RESTRICT dst = qt + c * P;
-    for (size_t i = 0; i < P; ++i) {
-      dst[i] = int64_t(i) < rows ? scale * q[int64_t(i) * q_stride + c] : 0.0f;
+  WithStorageType(q_type, [&](auto tag) {
+    using T = decltype(tag);
+    const T* HWY_RESTRICT qe = static_cast<const T*>(q);
+    for (int64_t c = 0; c < d; ++c) {
+      float* HWY_RESTRICT dst = qt + c * P;
+      for (size_t i = 0; i < P; ++i) {
+        dst[i] = int64_t(i) < rows ? scale * WidenScalar(qe + int64_t(i) * q_stride + c) : 0.0f;
+      }
     }
-  }
+  });
 }
 
 // St[r][:] = Σ_c k[r][c] · Qt[c][:] for R keys starting at k.

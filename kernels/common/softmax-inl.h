@@ -25,6 +25,8 @@
 #include <cmath>
 #include <limits>
 
+#include "attn/attn.h"  // DType
+#include "kernels/common/convert.h"  // StoreElement
 #include "hwy/highway.h"
 #include "kernels/common/microkernels-inl.h"  // DF, VF, PanelWidth, kPanelVectors
 
@@ -282,6 +284,27 @@ HWY_INLINE void FinishPanel(const float* HWY_RESTRICT ot, const PanelStats& s, i
       if (empty[r]) {
         for (int64_t c = 0; c < dv; ++c) out[r * out_stride + c] = 0.0f;
       }
+    }
+  }
+}
+
+// FinishPanel into rows of element type out_type: float32 as above; bf16
+// and f16 rows get each float32 result rounded once to nearest even
+// (convert.h), element by element: O(P·dv) per panel and query block,
+// against O(P·dv·T_k) FMAs.
+HWY_INLINE void FinishPanel(const float* HWY_RESTRICT ot, const PanelStats& s, int64_t rows,
+                            int64_t dv, void* HWY_RESTRICT out, DType out_type,
+                            int64_t out_stride, float* HWY_RESTRICT lse, int64_t lse_stride) {
+  if (out_type == DType::kF32) {
+    return FinishPanel(ot, s, rows, dv, static_cast<float*>(out), out_stride, lse, lse_stride);
+  }
+  const size_t P = PanelWidth();
+  for (int64_t i = 0; i < rows; ++i) {
+    const RowFinish f = FinishRow(s.max[i], s.sum[i], s.nan[i] != 0.0f);
+    if (lse) lse[i * lse_stride] = f.lse;
+    void* row = internal::ElementOffset(out, out_type, i * out_stride);
+    for (int64_t c = 0; c < dv; ++c) {
+      internal::StoreElement(row, out_type, c, f.empty ? 0.0f : ot[c * P + i] * f.inv);
     }
   }
 }

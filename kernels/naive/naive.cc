@@ -1,4 +1,6 @@
 // Naive kernel: the seed's function in scalar float32, one head at a time.
+// bf16/f16 inputs are widened (exactly) to float32 first, per head; a
+// bf16/f16 output row is rounded once from the float32 result.
 //
 // Algorithm: materialise the whole T_q x T_k score matrix S = Q·Kᵀ, scale
 // it, apply the mask, softmax each row (row max subtracted first), then
@@ -18,13 +20,39 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-void NaiveHead(const HeadView& h, std::vector<float>& scores) {
+// The rows of a [rows][cols] tensor as float32: in place when it is
+// float32, else widened into `copy`. Returns the rows and sets *stride.
+const float* FloatRows(const void* data, DType type, int64_t rows, int64_t cols,
+                       int64_t row_stride, std::vector<float>& copy, int64_t* stride) {
+  if (type == DType::kF32) {
+    *stride = row_stride;
+    return static_cast<const float*>(data);
+  }
+  copy.resize(size_t(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) copy[size_t(r * cols + c)] = LoadElement(data, type, r * row_stride + c);
+  }
+  *stride = cols;
+  return copy.data();
+}
+
+struct NaiveScratch {
+  std::vector<float> scores, q, k, v, out_row;
+};
+
+void NaiveHead(const HeadView& h, NaiveScratch& scratch) {
+  std::vector<float>& scores = scratch.scores;
   scores.resize(h.tq * h.tk);
+  int64_t q_stride, k_stride, v_stride;
+  const float* hq = FloatRows(h.q, h.q_type, h.tq, h.d, h.q_stride, scratch.q, &q_stride);
+  const float* hk = FloatRows(h.k, h.k_type, h.tk, h.d, h.k_stride, scratch.k, &k_stride);
+  const float* hv = FloatRows(h.v, h.v_type, h.tk, h.dv, h.v_stride, scratch.v, &v_stride);
+  scratch.out_row.resize(size_t(h.dv));
   for (int64_t i = 0; i < h.tq; ++i) {
-    const float* q = h.q + i * h.q_stride;
+    const float* q = hq + i * q_stride;
     float* s = &scores[i * h.tk];
     for (int64_t j = 0; j < h.tk; ++j) {
-      const float* k = h.k + j * h.k_stride;
+      const float* k = hk + j * k_stride;
       float dot = 0.0f;
       for (int64_t c = 0; c < h.d; ++c) dot += q[c] * k[c];
       float x = dot * h.scale;
@@ -34,7 +62,8 @@ void NaiveHead(const HeadView& h, std::vector<float>& scores) {
   }
   for (int64_t i = 0; i < h.tq; ++i) {
     float* s = &scores[i * h.tk];
-    float* o = h.out + i * h.out_stride;
+    // Written to out directly when it is float32, else rounded from o below.
+    float* o = h.out_type == DType::kF32 ? static_cast<float*>(h.OutRow(i)) : scratch.out_row.data();
     float max = -kInf;
     bool has_nan = false;
     for (int64_t j = 0; j < h.tk; ++j) {
@@ -63,21 +92,24 @@ void NaiveHead(const HeadView& h, std::vector<float>& scores) {
       for (int64_t j = 0; j < h.tk; ++j) {
         if (std::signbit(s[j])) continue;  // masked key
         const float w = s[j] * inv;
-        const float* v = h.v + j * h.v_stride;
+        const float* v = hv + j * v_stride;
         for (int64_t c = 0; c < h.dv; ++c) o[c] += w * v[c];
       }
       lse = max + std::log(sum);
     }
     if (h.lse) h.lse[i * h.lse_stride] = lse;
+    if (h.out_type != DType::kF32) {
+      for (int64_t c = 0; c < h.dv; ++c) StoreElement(h.OutRow(i), h.out_type, c, o[c]);
+    }
   }
 }
 
 }  // namespace
 
 void NaiveAttention(const Problem& p, const RunConfig&) {
-  std::vector<float> scores;
+  NaiveScratch scratch;
   for (int64_t b = 0; b < p.batch; ++b) {
-    for (int64_t h = 0; h < p.q_heads; ++h) NaiveHead(MakeHeadView(p, b, h), scores);
+    for (int64_t h = 0; h < p.q_heads; ++h) NaiveHead(MakeHeadView(p, b, h), scratch);
   }
 }
 

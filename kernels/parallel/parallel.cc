@@ -141,6 +141,7 @@ void ParallelAttention(const Problem& p, const RunConfig& config) {
         const int64_t k0 = key_end * split / splits, k1 = key_end * (split + 1) / splits;
         HeadView part = view.Keys(k0, k1);
         part.out = &partial_out[size_t(unit * part_out)];
+        part.out_type = DType::kF32;  // partials stay float32 until merged
         part.out_stride = dv;
         part.lse = &partial_lse[size_t(unit * q_block)];
         part.lse_stride = 1;
@@ -153,7 +154,7 @@ void ParallelAttention(const Problem& p, const RunConfig& config) {
       const HeadView view = item_view(item);
       MergePartials(view.tq, dv, splits, &partial_out[size_t(item * splits * part_out)], part_out,
                     &partial_lse[size_t(item * splits * q_block)], q_block, view.out,
-                    view.out_stride, view.lse, view.lse_stride);
+                    view.out_type, view.out_stride, view.lse, view.lse_stride);
     }
   }
   if (error) std::rethrow_exception(error);

@@ -27,7 +27,9 @@
 //
 // Memory traffic: K and V are read once per view (the tile's K rows go
 // through registers, its V rows once per column chunk: from L1 after the
-// first chunk); q, o and the scores stay in L1. Extra memory:
+// first chunk); q, o and the scores stay in L1. bf16 / f16 K and V are
+// loaded as they are and widened in registers (widen-inl.h LoadWide): decode
+// reads half the bytes of float32. Extra memory:
 // R·(d + kv_block + dv + padding) floats (NarrowScratch).
 #if defined(ATTN_KERNELS_STREAMING_NARROW_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_KERNELS_STREAMING_NARROW_INL_H_
@@ -51,6 +53,7 @@
 #include "kernels/common/microkernels-inl.h"  // DF, VF, PanelWidth, IsHiddenWeight
 #include "kernels/common/scratch.h"
 #include "kernels/common/softmax-inl.h"  // ExpNonPositive, MarkHidden, FinishRow
+#include "kernels/common/widen-inl.h"    // LoadWide, WidenScalar, WithStorageType
 #include "kernels/kernel.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -121,9 +124,10 @@ constexpr int NarrowKeysPerBlock() {
 }
 
 // Scores of R rows against KB keys starting at k: s(r)[j0 + b] for b < KB.
-template <int R, int KB>
+// TK: K's storage type (float, hwy::bfloat16_t, hwy::float16_t).
+template <int R, int KB, typename TK>
 HWY_INLINE void NarrowScoreBlock(const NarrowScratch& scratch, int64_t row0, int64_t d,
-                                 const float* HWY_RESTRICT k, int64_t k_stride, int64_t j0) {
+                                 const TK* HWY_RESTRICT k, int64_t k_stride, int64_t j0) {
   const DF df;
   const int64_t N = int64_t(hn::Lanes(df));
   VF acc[R * KB];
@@ -133,7 +137,7 @@ HWY_INLINE void NarrowScoreBlock(const NarrowScratch& scratch, int64_t row0, int
     VF q[R];
     for (int r = 0; r < R; ++r) q[r] = hn::Load(df, scratch.q(row0 + r) + c);
     for (int b = 0; b < KB; ++b) {
-      const VF kv = hn::LoadU(df, k + b * k_stride + c);
+      const VF kv = LoadWide(df, k + b * k_stride + c);
       for (int r = 0; r < R; ++r) acc[r * KB + b] = hn::MulAdd(q[r], kv, acc[r * KB + b]);
     }
   }
@@ -155,8 +159,8 @@ HWY_INLINE void NarrowScoreBlock(const NarrowScratch& scratch, int64_t row0, int
     const float* HWY_RESTRICT q = scratch.q(row0 + r);
     for (int b = 0; b < KB; ++b) {
       float total = sums[r * KB + b];
-      const float* HWY_RESTRICT kb = k + b * k_stride;
-      for (int64_t c = full; c < d; ++c) total += q[c] * kb[c];  // ragged d
+      const TK* HWY_RESTRICT kb = k + b * k_stride;
+      for (int64_t c = full; c < d; ++c) total += q[c] * WidenScalar(kb + c);  // ragged d
       scratch.s(row0 + r)[j0 + b] = total;
     }
   }
@@ -167,12 +171,15 @@ HWY_INLINE void NarrowScoreBlock(const NarrowScratch& scratch, int64_t row0, int
 // waits on memory once per row (decode with K/V in DRAM ran at ~7 GB/s on
 // Zen 3 without this), while the score pass reads K sequentially and the
 // hardware prefetcher keeps up with it.
-HWY_INLINE void PrefetchRows(const float* HWY_RESTRICT v, int64_t v_stride, int64_t count,
-                             int64_t dv) {
-  constexpr int64_t kLineFloats = 64 / sizeof(float);
+// Rows are `stride` elements of `type` apart, `cols` elements long.
+HWY_INLINE void PrefetchRows(const void* HWY_RESTRICT rows, DType type, int64_t stride,
+                             int64_t count, int64_t cols) {
+  const char* HWY_RESTRICT base = static_cast<const char*>(rows);
+  const int64_t size = internal::ElementBytes(type);
   for (int64_t j = 0; j < count; ++j) {
-    for (int64_t c = 0; c < dv; c += kLineFloats) hwy::Prefetch(v + j * v_stride + c);
-    hwy::Prefetch(v + j * v_stride + dv - 1);
+    const char* HWY_RESTRICT row = base + j * stride * size;
+    for (int64_t byte = 0; byte < cols * size; byte += 64) hwy::Prefetch(row + byte);
+    hwy::Prefetch(row + cols * size - 1);
   }
 }
 
@@ -186,21 +193,23 @@ constexpr int64_t kKeyPrefetchDistance = 16;
 
 // Scores of a tile: blocks of KB keys, then the rest one at a time, with the
 // same keys' V rows prefetched for the mix.
-template <int R>
+template <int R, typename TK>
 HWY_INLINE void NarrowScoreTile(const NarrowScratch& scratch, int64_t row0, int64_t d,
-                                const float* HWY_RESTRICT k, int64_t k_stride, int64_t keys,
-                                int64_t keys_left, const float* HWY_RESTRICT v,
-                                int64_t v_stride, int64_t dv, bool prefetch) {
+                                const TK* HWY_RESTRICT k, DType k_type, int64_t k_stride,
+                                int64_t keys, int64_t keys_left, const void* HWY_RESTRICT v,
+                                DType v_type, int64_t v_stride, int64_t dv, bool prefetch) {
   constexpr int KB = NarrowKeysPerBlock<R>();
+  const int64_t v_row_bytes = v_stride * internal::ElementBytes(v_type);
+  const char* HWY_RESTRICT v_bytes = static_cast<const char*>(v);
   int64_t j = 0;
   for (; j + KB <= keys; j += KB) {
-    if (prefetch) PrefetchRows(v + j * v_stride, v_stride, KB, dv);
+    if (prefetch) PrefetchRows(v_bytes + j * v_row_bytes, v_type, v_stride, KB, dv);
     if (prefetch && j + kKeyPrefetchDistance + KB <= keys_left) {
-      PrefetchRows(k + (j + kKeyPrefetchDistance) * k_stride, k_stride, KB, d);
+      PrefetchRows(k + (j + kKeyPrefetchDistance) * k_stride, k_type, k_stride, KB, d);
     }
     NarrowScoreBlock<R, KB>(scratch, row0, d, k + j * k_stride, k_stride, j);
   }
-  if (prefetch) PrefetchRows(v + j * v_stride, v_stride, keys - j, dv);
+  if (prefetch) PrefetchRows(v_bytes + j * v_row_bytes, v_type, v_stride, keys - j, dv);
   for (; j < keys; ++j) NarrowScoreBlock<R, 1>(scratch, row0, d, k + j * k_stride, k_stride, j);
 }
 
@@ -208,18 +217,18 @@ HWY_INLINE void NarrowScoreTile(const NarrowScratch& scratch, int64_t row0, int6
 // columns. With kSkipHidden (the tile has a hidden key somewhere), a row
 // whose weight is -0 skips the key (see the file comment); otherwise there
 // is no branch in the loop.
-template <int R, int CV, bool kSkipHidden>
+template <int R, int CV, bool kSkipHidden, typename TV>
 HWY_INLINE void NarrowMixChunk(const NarrowScratch& scratch, int64_t row0, int64_t keys,
-                               const float* HWY_RESTRICT v, int64_t v_stride, int64_t c0) {
+                               const TV* HWY_RESTRICT v, int64_t v_stride, int64_t c0) {
   const DF df;
   const int64_t N = int64_t(hn::Lanes(df));
   VF acc[R][CV];
   for (int r = 0; r < R; ++r)
     for (int n = 0; n < CV; ++n) acc[r][n] = hn::Load(df, scratch.o(row0 + r) + c0 + n * N);
   for (int64_t j = 0; j < keys; ++j) {
-    const float* HWY_RESTRICT vj = v + j * v_stride + c0;
+    const TV* HWY_RESTRICT vj = v + j * v_stride + c0;
     VF vv[CV];
-    for (int n = 0; n < CV; ++n) vv[n] = hn::LoadU(df, vj + n * N);
+    for (int n = 0; n < CV; ++n) vv[n] = LoadWide(df, vj + n * N);
     for (int r = 0; r < R; ++r) {
       const float p = scratch.s(row0 + r)[j];
       if (kSkipHidden && IsHiddenWeight(p)) continue;
@@ -231,10 +240,10 @@ HWY_INLINE void NarrowMixChunk(const NarrowScratch& scratch, int64_t row0, int64
     for (int n = 0; n < CV; ++n) hn::Store(acc[r][n], df, scratch.o(row0 + r) + c0 + n * N);
 }
 
-template <int R, int CV, bool kSkipHidden>
+template <int R, int CV, bool kSkipHidden, typename TV>
 HWY_INLINE void NarrowMixChunkN(int64_t vectors, const NarrowScratch& scratch, int64_t row0,
                                 int64_t keys,
-                                const float* HWY_RESTRICT v, int64_t v_stride, int64_t c0) {
+                                const TV* HWY_RESTRICT v, int64_t v_stride, int64_t c0) {
   if constexpr (CV > 0) {
     if (vectors == CV) return NarrowMixChunk<R, CV, kSkipHidden>(scratch, row0, keys, v, v_stride, c0);
     NarrowMixChunkN<R, CV - 1, kSkipHidden>(vectors, scratch, row0, keys, v, v_stride, c0);
@@ -243,9 +252,9 @@ HWY_INLINE void NarrowMixChunkN(int64_t vectors, const NarrowScratch& scratch, i
 
 // o(r) += P·V for one tile: column chunks of CV vectors (R·CV accumulators),
 // the ragged columns past the last whole vector in scalar code.
-template <int R>
+template <int R, typename TV>
 HWY_INLINE void NarrowMixTile(const NarrowScratch& scratch, int64_t row0, int64_t keys,
-                              const float* HWY_RESTRICT v, int64_t v_stride, int64_t dv) {
+                              const TV* HWY_RESTRICT v, int64_t v_stride, int64_t dv) {
   constexpr int CV = R == 1 ? 8 : R == 2 ? 4 : 2;
   const int64_t N = int64_t(hn::Lanes(DF()));
   const int64_t vectors = dv / N;
@@ -267,7 +276,7 @@ HWY_INLINE void NarrowMixTile(const NarrowScratch& scratch, int64_t row0, int64_
       const float* HWY_RESTRICT p = scratch.s(row0 + r);
       float total = scratch.o(row0 + r)[c];
       for (int64_t j = 0; j < keys; ++j) {
-        if (!IsHiddenWeight(p[j])) total += p[j] * v[j * v_stride + c];
+        if (!IsHiddenWeight(p[j])) total += p[j] * WidenScalar(v + j * v_stride + c);
       }
       scratch.o(row0 + r)[c] = total;
     }
@@ -321,8 +330,12 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
                                 NarrowRowStats* HWY_RESTRICT stats) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
   // The first group of the tile brings its K and V rows into the cache.
-  NarrowScoreTile<R>(scratch, row0, h.d, h.k + j0 * h.k_stride, h.k_stride, keys, key_end - j0,
-                     h.v + j0 * h.v_stride, h.v_stride, h.dv, /*prefetch=*/row0 == 0);
+  WithStorageType(h.k_type, [&](auto tag) {
+    using TK = decltype(tag);
+    NarrowScoreTile<R>(scratch, row0, h.d, static_cast<const TK*>(h.KRow(j0)), h.k_type,
+                       h.k_stride, keys, key_end - j0, h.VRow(j0), h.v_type, h.v_stride, h.dv,
+                       /*prefetch=*/row0 == 0);
+  });
   for (int64_t r = row0; r < row0 + R; ++r) {
     float* HWY_RESTRICT s = scratch.s(r);
     if (h.mask) {
@@ -337,7 +350,10 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
     for (int64_t j = visible; j < keys; ++j) s[j] = neg_inf;
     NarrowSoftmaxRow(s, keys, stats[r], scratch.o(r), h.dv);
   }
-  NarrowMixTile<R>(scratch, row0, keys, h.v + j0 * h.v_stride, h.v_stride, h.dv);
+  WithStorageType(h.v_type, [&](auto tag) {
+    using TV = decltype(tag);
+    NarrowMixTile<R>(scratch, row0, keys, static_cast<const TV*>(h.VRow(j0)), h.v_stride, h.dv);
+  });
 }
 
 // Views of up to NarrowMaxRows() rows: normalised output and lse. Rows go
@@ -357,9 +373,9 @@ HWY_INLINE void NarrowHead(const internal::HeadView& h, const Tiles& tiles,
   NarrowRowStats* HWY_RESTRICT stats = scratch.stats();
   for (int64_t r = 0; r < rows; ++r) {
     stats[r] = NarrowRowStats();
-    const float* HWY_RESTRICT q = h.q + r * h.q_stride;
+    const void* HWY_RESTRICT q = h.QRow(r);
     float* HWY_RESTRICT qs = scratch.q(r);
-    for (int64_t c = 0; c < h.d; ++c) qs[c] = h.scale * q[c];
+    for (int64_t c = 0; c < h.d; ++c) qs[c] = h.scale * internal::LoadElement(q, h.q_type, c);
     std::fill(scratch.o(r), scratch.o(r) + h.dv, 0.0f);
   }
   // Keys after the last row's last visible key are never read.
@@ -376,10 +392,17 @@ HWY_INLINE void NarrowHead(const internal::HeadView& h, const Tiles& tiles,
     }
   }
   for (int64_t r = 0; r < rows; ++r) {
-    float* HWY_RESTRICT out = h.out + r * h.out_stride;
+    void* HWY_RESTRICT out = h.OutRow(r);
     const float* HWY_RESTRICT o = scratch.o(r);
     const RowFinish f = FinishRow(stats[r].max, stats[r].sum, stats[r].nan);
-    for (int64_t c = 0; c < h.dv; ++c) out[c] = f.empty ? 0.0f : o[c] * f.inv;
+    if (h.out_type == DType::kF32) {
+      float* HWY_RESTRICT out32 = static_cast<float*>(out);
+      for (int64_t c = 0; c < h.dv; ++c) out32[c] = f.empty ? 0.0f : o[c] * f.inv;
+    } else {
+      for (int64_t c = 0; c < h.dv; ++c) {
+        internal::StoreElement(out, h.out_type, c, f.empty ? 0.0f : o[c] * f.inv);
+      }
+    }
     if (h.lse) h.lse[r * h.lse_stride] = f.lse;
   }
 }

@@ -14,7 +14,9 @@
 // Memory traffic: K and V are read once per query block (q_block rows share
 // each key tile while it is in L1/L2); Q is read once; O is written once.
 // Extra memory: O(q_block·(d + dv) + kv_block·P) floats, independent of
-// T_k (StreamingScratch).
+// T_k (StreamingScratch); with bf16/f16 K or V also the widened key tile,
+// kv_block·(d + dv) floats (widen-inl.h: K and V are then read from memory
+// at 2 bytes an element, once per query block, and widened once there).
 #if defined(ATTN_KERNELS_STREAMING_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_KERNELS_STREAMING_INL_H_
 #undef ATTN_KERNELS_STREAMING_INL_H_
@@ -33,6 +35,7 @@
 #include "kernels/common/microkernels-inl.h"  // panels: pack, score, mix, NonFiniteV
 #include "kernels/common/scratch.h"
 #include "kernels/common/softmax-inl.h"  // PanelStats, OnlineSoftmaxTile, FinishPanel
+#include "kernels/common/widen-inl.h"  // WidenRows
 #include "kernels/kernel.h"
 #include "kernels/streaming/narrow-inl.h"
 
@@ -51,6 +54,13 @@ class StreamingScratch {
     internal::GrowScratch(st_, st_size_, size_t(kv_block) * P);
     internal::GrowScratch(stats_, stats_size_, size_t(panels) * 3 * P);
   }
+  // The widened K and V tiles, only for 16-bit K or V.
+  void ReserveWidened(int64_t kv_block, int64_t d, int64_t dv) {
+    internal::GrowScratch(kw_, kw_size_, size_t(kv_block * d));
+    internal::GrowScratch(vw_, vw_size_, size_t(kv_block * dv));
+  }
+  float* kw() const { return kw_.get(); }
+  float* vw() const { return vw_.get(); }
   float* qt(int64_t panel, int64_t d) const { return qt_.get() + panel * d * PanelWidth(); }
   float* ot(int64_t panel, int64_t dv) const { return ot_.get() + panel * dv * PanelWidth(); }
   float* st() const { return st_.get(); }
@@ -62,8 +72,8 @@ class StreamingScratch {
 
  private:
   NarrowScratch narrow_;  // for views of few rows (narrow-inl.h)
-  hwy::AlignedFreeUniquePtr<float[]> qt_, ot_, st_, stats_;
-  size_t qt_size_ = 0, ot_size_ = 0, st_size_ = 0, stats_size_ = 0;
+  hwy::AlignedFreeUniquePtr<float[]> qt_, ot_, st_, stats_, kw_, vw_;
+  size_t qt_size_ = 0, ot_size_ = 0, st_size_ = 0, stats_size_ = 0, kw_size_ = 0, vw_size_ = 0;
 };
 
 // One head (or a sub-view of rows/keys of one), normalised output and lse.
@@ -75,6 +85,9 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
   const int64_t q_block = std::max<int64_t>(P, (tiles.q_block + P - 1) / P * P);
   const int64_t kv_block = std::max<int64_t>(1, tiles.kv_block);
   scratch.Reserve(q_block, kv_block, h.d, h.dv);
+  if (h.k_type != DType::kF32 || h.v_type != DType::kF32) {
+    scratch.ReserveWidened(kv_block, h.d, h.dv);
+  }
   float* HWY_RESTRICT st = scratch.st();
 
   for (int64_t q0 = 0; q0 < h.tq; q0 += q_block) {
@@ -82,7 +95,7 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
     const int64_t panels = (rows + P - 1) / P;
     for (int64_t p = 0; p < panels; ++p) {
       const int64_t r0 = q0 + p * P;
-      PackQueryPanel(h.q + r0 * h.q_stride, h.q_stride, std::min(P, h.tq - r0), h.d, h.scale,
+      PackQueryPanel(h.QRow(r0), h.q_type, h.q_stride, std::min(P, h.tq - r0), h.d, h.scale,
                      scratch.qt(p, h.d));
       ResetStats(scratch.stats(p));
       std::fill(scratch.ot(p, h.dv), scratch.ot(p, h.dv) + h.dv * P, 0.0f);
@@ -92,9 +105,12 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
     NonFiniteV bad_v;  // slow path for NaN / Inf in V (microkernels-inl.h)
     for (int64_t j0 = 0; j0 < key_end; j0 += kv_block) {
       const int64_t tile_keys = std::min(kv_block, key_end - j0);
-      const float* v = h.v + j0 * h.v_stride;
-      const bool bad = HasNonFinite(v, h.v_stride, tile_keys, h.dv);  // once per block and tile
-      if (bad) bad_v.Clean(v, h.v_stride, tile_keys, h.dv);
+      // float32 K and V are read in place; bf16 / f16 widened once here.
+      const FloatRows k = WidenRows(h.KRow(j0), h.k_type, h.k_stride, tile_keys, h.d, scratch.kw());
+      const FloatRows vt = WidenRows(h.VRow(j0), h.v_type, h.v_stride, tile_keys, h.dv, scratch.vw());
+      const float* v = vt.data;
+      const bool bad = HasNonFinite(v, vt.stride, tile_keys, h.dv);  // once per block and tile
+      if (bad) bad_v.Clean(v, vt.stride, tile_keys, h.dv);
       for (int64_t p = 0; p < panels; ++p) {
         const int64_t r0 = q0 + p * P;
         const int64_t panel_rows = std::min(P, h.tq - r0);
@@ -102,7 +118,7 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
         const int64_t keys =
             std::clamp<int64_t>(h.KeyEnd(r0 + panel_rows - 1), j0, j0 + tile_keys) - j0;
         if (keys <= 0) continue;  // tile wholly above this panel's diagonal
-        ScoreTile(scratch.qt(p, h.d), h.d, h.k + j0 * h.k_stride, h.k_stride, keys, st);
+        ScoreTile(scratch.qt(p, h.d), h.d, k.data, k.stride, keys, st);
         if (h.mask) {
           AddMaskTile(h.mask + r0 * h.mask_row_stride + j0 * h.mask_col_stride, h.mask_row_stride,
                       h.mask_col_stride, panel_rows, keys, st);
@@ -115,7 +131,7 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
         } else {
           OnlineSoftmaxTile(st, keys, scratch.stats(p), scratch.ot(p, h.dv), h.dv);
         }
-        MixTile(st, keys, bad ? bad_v.clean() : v, bad ? h.dv : h.v_stride, h.dv,
+        MixTile(st, keys, bad ? bad_v.clean() : v, bad ? h.dv : vt.stride, h.dv,
                 scratch.ot(p, h.dv));
         if (bad) bad_v.AddTo(st, keys, scratch.ot(p, h.dv));
       }
@@ -123,7 +139,7 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
     for (int64_t p = 0; p < panels; ++p) {
       const int64_t r0 = q0 + p * P;
       FinishPanel(scratch.ot(p, h.dv), scratch.stats(p), std::min(P, h.tq - r0), h.dv,
-                  h.out + r0 * h.out_stride, h.out_stride,
+                  h.OutRow(r0), h.out_type, h.out_stride,
                   h.lse ? h.lse + r0 * h.lse_stride : nullptr, h.lse_stride);
     }
   }

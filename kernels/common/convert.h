@@ -1,0 +1,108 @@
+// Scalar conversions between float and the 16-bit element types (bfloat16,
+// IEEE binary16), and element access through a (pointer, DType) pair. Plain
+// C++ (no Highway): the kernels' scalar edges (packing Q, writing O, the
+// naive kernel, merging) and the public BFloat16Bits & co. use them; the
+// SIMD paths widen whole vectors with Highway's PromoteTo, which gives the
+// same exact values (tests/dtype_test.cc checks both against each other).
+//
+// Widening is exact (every bf16 and f16 value is a float). Narrowing rounds
+// to nearest, ties to even, as the hardware converters do (vcvtps2ph with
+// round-to-nearest, vcvtneps2bf16): ±0, ±inf kept, NaN stays a quiet NaN,
+// f16 overflows to ±inf from 65520 up, and f16 subnormals are produced.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "attn/attn.h"
+
+namespace attn::internal {
+
+inline uint32_t FloatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+inline float BitsFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+inline float FloatFromBF16(uint16_t bits) { return BitsFloat(uint32_t(bits) << 16); }
+
+inline uint16_t BF16FromFloat(float f) {
+  const uint32_t x = FloatBits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return uint16_t((x >> 16) | 0x0040u);  // quiet NaN
+  // Adding 0x7fff plus the lowest kept bit rounds the dropped 16 bits to
+  // nearest, ties to even; a carry into the exponent is the correct
+  // rounding up (FLT_MAX's neighbourhood becomes inf).
+  return uint16_t((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+inline float FloatFromF16(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  const uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0) {  // zero or subnormal: mantissa · 2^-24, exact in float
+    const float magnitude = float(mantissa) * BitsFloat(0x33800000u);  // 2^-24
+    return (h & 0x8000u) ? -magnitude : magnitude;
+  }
+  if (exponent == 31) {  // inf, or NaN with its payload (made quiet)
+    return BitsFloat(sign | 0x7f800000u | (mantissa << 13) | (mantissa ? 0x00400000u : 0u));
+  }
+  return BitsFloat(sign | ((exponent + 127 - 15) << 23) | (mantissa << 13));
+}
+
+inline uint16_t F16FromFloat(float f) {
+  uint32_t x = FloatBits(f);
+  const uint16_t sign = uint16_t((x >> 16) & 0x8000u);
+  x &= 0x7fffffffu;
+  if (x > 0x7f800000u) return uint16_t(sign | 0x7e00u | ((x >> 13) & 0x3ffu));  // quiet NaN
+  if (x >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // >= 65520 (and inf): inf
+  if (x < 0x38800000u) {
+    // Below 2^-14: an f16 subnormal (or zero), mantissa = round(|f| · 2^24).
+    // 0.5f has an ulp of 2^-24, so |f| + 0.5f is rounded by the FPU to
+    // nearest even at exactly the f16 subnormal spacing, and the low bits of
+    // the sum are the mantissa (a carry into bit 10 is the smallest normal).
+    const uint32_t magic = uint32_t((127 - 15) + (23 - 10) + 1) << 23;  // 0.5f
+    const float sum = BitsFloat(x) + BitsFloat(magic);
+    return uint16_t(sign | (FloatBits(sum) - magic));
+  }
+  // Normal: rebias the exponent, round the 13 dropped bits to nearest even.
+  const uint32_t odd = (x >> 13) & 1u;
+  x += (uint32_t(15 - 127) << 23) + 0xfffu + odd;
+  return uint16_t(sign | (x >> 13));
+}
+
+// Element i of a tensor of type t at base (i in elements).
+inline float LoadElement(const void* base, DType t, int64_t i) {
+  switch (t) {
+    case DType::kBF16: return FloatFromBF16(static_cast<const uint16_t*>(base)[i]);
+    case DType::kF16: return FloatFromF16(static_cast<const uint16_t*>(base)[i]);
+    case DType::kF32: break;
+  }
+  return static_cast<const float*>(base)[i];
+}
+
+inline void StoreElement(void* base, DType t, int64_t i, float value) {
+  switch (t) {
+    case DType::kBF16: static_cast<uint16_t*>(base)[i] = BF16FromFloat(value); return;
+    case DType::kF16: static_cast<uint16_t*>(base)[i] = F16FromFloat(value); return;
+    case DType::kF32: break;
+  }
+  static_cast<float*>(base)[i] = value;
+}
+
+// Bytes per element (attn::DTypeSize for a valid type, inline).
+inline int64_t ElementBytes(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+// base advanced by `elements` elements of type t.
+inline const void* ElementOffset(const void* base, DType t, int64_t elements) {
+  return static_cast<const char*>(base) + elements * (t == DType::kF32 ? 4 : 2);
+}
+inline void* ElementOffset(void* base, DType t, int64_t elements) {
+  return static_cast<char*>(base) + elements * (t == DType::kF32 ? 4 : 2);
+}
+
+}  // namespace attn::internal
