@@ -3,7 +3,7 @@
 # kernel. Not run by .ci/run (each builds the library once more); see
 # README.md, "Reliability".
 #
-#   .ci/planted_bug.sh [tail|memory] [--keep]      (default: tail)
+#   .ci/planted_bug.sh [tail|memory|dtype] [--keep]      (default: tail)
 #
 # tail    .ci/planted/tail-off-by-one.patch (issue 7): the tail block of
 #         ForEachRowBlock (kernels/common/microkernels-inl.h) gets one row
@@ -16,6 +16,10 @@
 #         with g++ as the README's; the 65536-key tests of tests/memory_test
 #         must fail under their cap (the running target's tiles plus less
 #         than one float per key).
+# dtype   .ci/planted/widen-tail-dropped.patch (issue 15): the panel
+#         kernels' widening of bf16 / f16 key tiles (kernels/common/
+#         widen-inl.h) drops the columns past the last whole vector. Release
+#         build; tests/dtype_test must fail (the ragged-d shapes).
 #
 # Each: copies the committed tree (git archive HEAD) to a temporary
 # directory, applies the patch there (never to the tree), builds the one
@@ -31,8 +35,8 @@ keep=0
 for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
-    tail|memory) case=$arg ;;
-    *) echo "usage: .ci/planted_bug.sh [tail|memory] [--keep]" >&2; exit 2 ;;
+    tail|memory|dtype) case=$arg ;;
+    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype] [--keep]" >&2; exit 2 ;;
   esac
 done
 if [ "$case" = tail ]; then
@@ -43,6 +47,13 @@ if [ "$case" = tail ]; then
              -DATTN_SANITIZE=address,undefined)
   compilers=(CC=clang-14 CXX=clang++-14)
   how="ASan+UBSan build"
+elif [ "$case" = dtype ]; then
+  patch=.ci/planted/widen-tail-dropped.patch
+  test=dtype_test
+  filter='Combos/DTypeKernels.*'
+  configure=(-DCMAKE_BUILD_TYPE=Release)
+  compilers=()
+  how="Release build"
 else
   patch=.ci/planted/per-key-scratch.patch
   test=memory_test
