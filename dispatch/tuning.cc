@@ -121,7 +121,7 @@ AutoChoice ChooseAutoFrom(const LoadedTable* loaded, const std::string& current_
   AutoChoice c;
   c.threads = in.threads;
   const ShapeKey key =
-      MakeShapeKey(in.q_len, in.kv_len, in.head_dim, problem.causal, in.threads);
+      MakeShapeKey(in.q_len, in.kv_len, in.head_dim, problem.causal, in.threads, problem.k.dtype);
   // `why` is only called when explaining, so sentences cost nothing otherwise.
   auto use_default = [&](auto why) {
     c.kernel = DefaultKernel(problem, in.threads);

@@ -61,6 +61,16 @@ class Reader {
   void OptionalString(const char* name, std::string& x) {
     if (const auto it = object_.find(name); it != object_.end()) x = StringValue(name, *it);
   }
+  // An element type by name; absent: float32 (files written before bf16/f16).
+  void OptionalDType(const char* name, DType& x) {
+    const auto it = object_.find(name);
+    if (it == object_.end()) return;
+    const std::string text = StringValue(name, *it);
+    if (text == "f32") x = DType::kF32;
+    else if (text == "bf16") x = DType::kBF16;
+    else if (text == "f16") x = DType::kF16;
+    else Bad(path_ + name, *it, "one of \"f32\", \"bf16\", \"f16\"");
+  }
   // Informational numbers: optional, but a present one must be finite.
   void Number(const char* name, double& x) {
     const auto it = object_.find(name);
@@ -150,6 +160,7 @@ class Writer {
   void OptionalBool(const char* name, bool& x) { object_[name] = x; }
   void String(const char* name, std::string& x) { object_[name] = x; }
   void OptionalString(const char* name, std::string& x) { object_[name] = x; }
+  void OptionalDType(const char* name, DType& x) { object_[name] = DTypeName(x); }
   void Number(const char* name, double& x) { object_[name] = FiniteOrZero(x); }
   void Kernel(const char* name, KernelId& id) { object_[name] = KernelName(id); }
   template <typename Fields>
@@ -197,6 +208,7 @@ void EntryFields(Visitor& v, TuningEntry& e) {
   v.Int("head_dim", e.shape.head_dim, 1, kMaxLen);
   v.Bool("causal", e.shape.causal);
   v.Int("threads", e.shape.threads, 1, 1 << 16);
+  v.OptionalDType("kv_dtype", e.shape.kv_type);
   v.Kernel("kernel", e.kernel);
   v.Object("tiles", /*optional=*/false, [&](auto& tiles) {
     tiles.Int("q_block", e.tiles.q_block, 1, kMaxTunedQBlock);

@@ -832,6 +832,56 @@ TEST(TuningFile, RoundTripsThroughText) {
   EXPECT_EQ(Serialized(*back), Serialized(t));
 }
 
+// Entries carry K/V's element type (issue 15); a file written before it
+// existed has no "kv_dtype" and still loads, as float32 entries.
+TEST(TuningFile, KvTypeRoundTripsAndAnOlderFileIsFloat32) {
+  TuningTable t = ThisMachineTable();
+  t.entries[1].shape.kv_type = DType::kBF16;
+  t.entries[2].shape.kv_type = DType::kF16;
+  std::string why;
+  std::optional<TuningTable> back = internal::ParseTuning(Serialized(t), &why);
+  ASSERT_TRUE(back) << why;
+  EXPECT_EQ(back->entries[0].shape.kv_type, DType::kF32);
+  EXPECT_EQ(back->entries[1].shape.kv_type, DType::kBF16);
+  EXPECT_EQ(back->entries[2].shape.kv_type, DType::kF16);
+
+  std::string old = Serialized(ThisMachineTable());
+  const std::string field = "\"kv_dtype\": \"f32\",";
+  size_t removed = 0;
+  for (size_t at; (at = old.find(field)) != std::string::npos; ++removed) old.erase(at, field.size());
+  ASSERT_EQ(removed, ThisMachineTable().entries.size()) << old;
+  back = internal::ParseTuning(old, &why);
+  ASSERT_TRUE(back) << why;
+  for (const TuningEntry& e : back->entries) EXPECT_EQ(e.shape.kv_type, DType::kF32);
+
+  std::string bad = Serialized(ThisMachineTable());
+  bad.replace(bad.find("\"kv_dtype\": \"f32\""), field.size() - 1, "\"kv_dtype\": \"f64\"");
+  EXPECT_FALSE(internal::ParseTuning(bad, &why));
+  EXPECT_NE(why.find("kv_dtype"), std::string::npos) << why;
+}
+
+TEST_F(TuningTest, AutoUsesOnlyEntriesOfTheCallsKvType) {
+  TuningTable t = ThisMachineTable();
+  t.entries[0].shape.kv_type = DType::kBF16;  // 64x64 d=32, one thread: blocked
+  const std::string path = TempPath("kv_type.json");
+  WriteFile(path, Serialized(t));
+  ASSERT_TRUE(LoadTuningFile(path).loaded);
+  Problem p;
+  p.q_len = p.kv_len = 64;
+  p.head_dim = 32;
+  Options o;
+  o.threads = 1;
+  EXPECT_EQ(ExplainChoice(p, o).source, "default");  // float32 K: no entry of its type
+  p.k.dtype = p.v.dtype = DType::kBF16;
+  const AutoChoice c = ExplainChoice(p, o);
+  EXPECT_EQ(c.source, "table");
+  EXPECT_EQ(c.kernel, KernelId::kBlocked);
+  EXPECT_NE(c.reason.find("kv=bf16"), std::string::npos) << c.reason;
+  p.k.dtype = p.v.dtype = DType::kF16;
+  EXPECT_EQ(ExplainChoice(p, o).source, "default");
+  ClearTuning();
+}
+
 TEST_F(TuningTest, RoundTripsThroughAFileTheLibraryLoads) {
   const std::string path = TempPath("good.json");
   WriteFile(path, Serialized(ThisMachineTable()));
@@ -1011,6 +1061,17 @@ TEST(Bucketing, ThreadsCausalityAndDecodeAreNeverMixed) {
   EXPECT_EQ(internal::FindBucket(e, ShapeKey{1, 4096, 64, false, 2}).index, 6);
   EXPECT_EQ(internal::FindBucket(e, ShapeKey{2, 2048, 64, false, 2}).index, -1);
   EXPECT_EQ(internal::FindBucket(e, ShapeKey{1, 64, 64, false, 2}).index, -1);  // 2048/64 > 4
+}
+
+TEST(Bucketing, KvTypesAreNeverMixed) {
+  std::vector<TuningEntry> e = {Entry(256, 256, 64, false, 2, KernelId::kStreaming, {})};
+  ShapeKey bf16{256, 256, 64, false, 2, DType::kBF16};
+  EXPECT_EQ(internal::FindBucket(e, bf16).index, -1);
+  e[0].shape.kv_type = DType::kBF16;
+  EXPECT_TRUE(internal::FindBucket(e, bf16).exact);
+  bf16.q_len = 300;
+  EXPECT_EQ(internal::FindBucket(e, bf16).index, 0);
+  EXPECT_EQ(internal::FindBucket(e, ShapeKey{300, 256, 64, false, 2}).index, -1);
 }
 
 TEST(Bucketing, BottomRightDecodeIsNotCausalButTopLeftIs) {

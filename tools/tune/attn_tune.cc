@@ -52,6 +52,7 @@ struct Args {
   bool causal = false;
   bool verbose = false;
   std::string verify;
+  std::string kv_dtype = "f32";
 };
 
 std::string UtcNow() {
@@ -151,7 +152,7 @@ int Verify(const Args& args) {
   double worst = std::numeric_limits<double>::infinity();
   for (const TuningEntry& e : table->entries) {
     const attn_tune::TuneShape shape{e.shape.q_len, e.shape.kv_len, e.shape.head_dim,
-                                     e.shape.causal, e.shape.threads};
+                                     e.shape.causal, e.shape.threads, e.shape.kv_type};
     const attn_tune::AttnCandidate tuned{e.kernel, e.tiles, false, {}};
     if (std::string declined;
         !attn::KernelSupports(e.kernel, attn_tune::ShapeOnly(shape, table->heads), &declined)) {
@@ -189,7 +190,7 @@ TuningTable Merge(TuningTable fresh, const std::string& path, int* kept) {
     const bool retuned = std::any_of(fresh.entries.begin(), fresh.entries.end(), [&](const TuningEntry& f) {
       return f.shape.q_len == e.shape.q_len && f.shape.kv_len == e.shape.kv_len &&
              f.shape.head_dim == e.shape.head_dim && f.shape.causal == e.shape.causal &&
-             f.shape.threads == e.shape.threads;
+             f.shape.threads == e.shape.threads && f.shape.kv_type == e.shape.kv_type;
     });
     if (!retuned) {
       fresh.entries.push_back(e);
@@ -198,8 +199,10 @@ TuningTable Merge(TuningTable fresh, const std::string& path, int* kept) {
   }
   for (const auto& [threads, peak] : old->peak_gflops) fresh.peak_gflops.emplace(threads, peak);
   std::stable_sort(fresh.entries.begin(), fresh.entries.end(), [](const TuningEntry& a, const TuningEntry& b) {
-    return std::tie(a.shape.threads, a.shape.causal, a.shape.head_dim, a.shape.q_len, a.shape.kv_len) <
-           std::tie(b.shape.threads, b.shape.causal, b.shape.head_dim, b.shape.q_len, b.shape.kv_len);
+    return std::tie(a.shape.kv_type, a.shape.threads, a.shape.causal, a.shape.head_dim,
+                    a.shape.q_len, a.shape.kv_len) <
+           std::tie(b.shape.kv_type, b.shape.threads, b.shape.causal, b.shape.head_dim,
+                    b.shape.q_len, b.shape.kv_len);
   });
   return fresh;
 }
@@ -244,6 +247,7 @@ int Tune(const Args& args) {
     fmt::print(stderr, "attn-tune: {}\n", e.what());
     return 2;
   }
+  for (TuneShape& s : shapes) s.kv_type = attn::ParseDType(args.kv_dtype);
   // The untuned default must be what `auto` does without any table.
   attn::ClearTuning();
   const std::string target = attn::CurrentTarget();
@@ -407,6 +411,10 @@ int main(int argc, char** argv) {
       ->expected(3)
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_flag("--causal", args.causal, "With --explain: a causal shape");
+  app.add_option("--kv-dtype", args.kv_dtype,
+                 "Element type of K and V of the tuned shapes: f32, bf16 or f16 (a table keeps "
+                 "each type's entries apart; Q and O stay f32)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   app.add_option("--verify", args.verify,
                  "Time every entry of this tuning file against the untuned default on its shape "
                  "(alternated pairs); exit 1 if one is over 5% slower. Tunes nothing");

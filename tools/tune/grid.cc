@@ -105,6 +105,7 @@ attn::internal::TuningEntry ToEntry(const ShapeResult& r, double peak_gflops) {
   e.shape.head_dim = r.shape.head_dim;
   e.shape.causal = r.shape.causal;
   e.shape.threads = r.shape.threads;
+  e.shape.kv_type = r.shape.kv_type;
   const AttnCandidate& w = r.Winner();
   e.kernel = w.kernel;
   e.tiles = w.tiles;

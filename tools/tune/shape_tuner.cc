@@ -63,6 +63,7 @@ struct RowBlock {
 struct TuningProblem {
   int64_t heads = 1;
   std::vector<float> q, k, v, out;
+  std::vector<uint16_t> k16, v16;  // K and V as bf16 / f16 bit patterns
   attn::Problem problem;
 
   TuningProblem(const TuneShape& s, int heads_count, uint64_t seed) : heads(heads_count) {
@@ -86,6 +87,19 @@ struct TuningProblem {
     p.v = attn::DenseBHTD(v.data(), heads, s.kv_len, s.head_dim);
     p.out = attn::DenseBHTD(out.data(), heads, s.q_len, s.head_dim);
     p.causal = s.causal ? attn::Causal::kBottomRight : attn::Causal::kNone;
+    if (s.kv_type != attn::DType::kF32) {
+      auto narrow = [&](const std::vector<float>& from, std::vector<uint16_t>& to) {
+        to.resize(from.size());
+        for (size_t i = 0; i < from.size(); ++i) {
+          to[i] = s.kv_type == attn::DType::kBF16 ? attn::BFloat16Bits(from[i])
+                                                  : attn::Float16Bits(from[i]);
+        }
+      };
+      narrow(k, k16);
+      narrow(v, v16);
+      p.k = attn::DenseBHTD(k16.data(), s.kv_type, heads, s.kv_len, s.head_dim);
+      p.v = attn::DenseBHTD(v16.data(), s.kv_type, heads, s.kv_len, s.head_dim);
+    }
   }
 };
 
@@ -261,12 +275,14 @@ attn::Problem ShapeOnly(const TuneShape& s, int heads) {
   shape.kv_len = s.kv_len;
   shape.head_dim = s.head_dim;
   shape.causal = s.causal ? attn::Causal::kBottomRight : attn::Causal::kNone;
+  shape.k.dtype = shape.v.dtype = s.kv_type;
   return shape;
 }
 
 std::string TuneShape::Name() const {
   return std::to_string(q_len) + "x" + std::to_string(kv_len) + " d=" + std::to_string(head_dim) +
-         (causal ? " causal" : "") + " t=" + std::to_string(threads);
+         (causal ? " causal" : "") + " t=" + std::to_string(threads) +
+         (kv_type != attn::DType::kF32 ? std::string(" kv=") + attn::DTypeName(kv_type) : "");
 }
 
 std::string AttnCandidate::Label() const {

@@ -23,7 +23,8 @@ struct TuneShape {
   int64_t q_len = 1, kv_len = 1, head_dim = 64;
   bool causal = false;
   int threads = 1;
-  std::string Name() const;  // "1024x1024 d=64 causal t=2"
+  attn::DType kv_type = attn::DType::kF32;  // K and V (Q and O stay float32)
+  std::string Name() const;  // "1024x1024 d=64 causal t=2[ kv=bf16]"
 };
 
 // The shape as a problem without data (heads query and K/V heads): what
