@@ -1,6 +1,6 @@
 // The Python module attn._attn: attention on NumPy (or any DLPack / buffer
-// protocol) float32 arrays, read and written in place through their strides,
-// plus the tuning and target APIs.
+// protocol) arrays of float32, float16 or bfloat16 (ml_dtypes), read and
+// written in place through their strides, plus the tuning and target APIs.
 //
 // Arrays are taken untyped and checked here rather than declared as
 // ndarray<float>: a typed parameter lets nanobind silently convert (copy) a
@@ -57,13 +57,29 @@ std::string DtypeName(const nb::dlpack::dtype& dt) {
   return base + std::to_string(dt.bits) + (dt.lanes > 1 ? "x" + std::to_string(dt.lanes) : "");
 }
 
+nb::module_ Numpy() { return nb::module_::import_("numpy"); }
+
+const char* NumpyName(attn::DType dtype) {
+  switch (dtype) {
+    case attn::DType::kF32: return "float32";
+    case attn::DType::kBF16: return "bfloat16";
+    case attn::DType::kF16: return "float16";
+  }
+  return "?";
+}
+
+// The mask and lse are float32 whatever the element types of Q, K, V and O.
 template <typename Array>
-View4 AsView(const char* name, const Array& a, size_t min_ndim) {
+void RequireFloat32(const char* name, const Array& a) {
   if (a.dtype() != nb::dtype<float>()) {
     throw nb::type_error((std::string("attn: ") + name + " must be float32, got " +
                           DtypeName(a.dtype()) + " (convert with .astype(numpy.float32))")
                              .c_str());
   }
+}
+
+template <typename Array>
+View4 AsView(const char* name, const Array& a, size_t min_ndim) {
   View4 v;
   v.ndim = a.ndim();
   if (v.ndim < min_ndim || v.ndim > 4) {
@@ -121,10 +137,23 @@ attn::Causal ParseCausal(const nb::handle& causal) {
         nb::cast<std::string>(nb::str(causal.type().attr("__name__"))));
 }
 
-nb::object NumpyEmpty(const std::vector<int64_t>& shape) {
-  nb::module_ np = nb::module_::import_("numpy");
+// A bfloat16 output is an ml_dtypes.bfloat16 array (NumPy has no bfloat16).
+nb::object NumpyEmpty(const std::vector<int64_t>& shape, attn::DType dtype) {
+  nb::module_ np = Numpy();
+  nb::object type;
+  if (dtype == attn::DType::kBF16) {
+    try {
+      type = nb::module_::import_("ml_dtypes").attr("bfloat16");
+    } catch (const nb::python_error&) {
+      throw nb::type_error(
+          "attn: a bfloat16 output needs the ml_dtypes package (pip install ml_dtypes); or pass "
+          "out= (any writable bfloat16 DLPack array) or out_dtype='float32'");
+    }
+  } else {
+    type = np.attr(NumpyName(dtype));
+  }
   nb::object dims = nb::cast(shape);  // a list: numpy.empty takes any sequence
-  return np.attr("empty")(dims, "dtype"_a = np.attr("float32"));
+  return np.attr("empty")(dims, "dtype"_a = type);
 }
 
 // Without conversion: nanobind would otherwise copy an array it cannot take
@@ -140,17 +169,98 @@ Array ToArray(const char* name, const nb::handle& obj, const char* what) {
   return a;
 }
 
+constexpr const char* kDtypes = "float32, float16 or bfloat16";
+
+// The element type of an imported array, or a TypeError naming the argument
+// and its dtype. bfloat16 arrives as DLPack's bfloat16 from producers that
+// export it (PyTorch, JAX); NumPy exports neither DLPack nor a buffer for
+// ml_dtypes.bfloat16, which TypedArray reads through a uint16 view instead.
+attn::DType ElementType(const char* name, const nb::dlpack::dtype& dt) {
+  if (dt == nb::dtype<float>()) return attn::DType::kF32;
+  if (dt.lanes == 1 && dt.bits == 16) {
+    if (dt.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Float)) return attn::DType::kF16;
+    if (dt.code == static_cast<uint8_t>(nb::dlpack::dtype_code::Bfloat)) {
+      return attn::DType::kBF16;
+    }
+  }
+  throw nb::type_error((std::string("attn: ") + name + " must be " + kDtypes + ", got " +
+                        DtypeName(dt) + " (convert with .astype(numpy.float32))")
+                           .c_str());
+}
+
+template <typename Array>
+struct Typed {
+  Array array;
+  attn::DType dtype = attn::DType::kF32;
+};
+
+// An array of one of the three element types, without conversion.
+template <typename Array>
+Typed<Array> TypedArray(const char* name, const nb::handle& obj, const char* what) {
+  Typed<Array> t;
+  if (nb::try_cast(obj, t.array, /*convert=*/false)) {
+    t.dtype = ElementType(name, t.array.dtype());
+    return t;
+  }
+  nb::module_ np = Numpy();
+  if (nb::isinstance(obj, np.attr("ndarray"))) {
+    const std::string dtype = nb::cast<std::string>(nb::str(obj.attr("dtype").attr("name")));
+    if (dtype == "bfloat16") {
+      // ml_dtypes.bfloat16: the same memory seen as its bit patterns (a
+      // view, not a copy; a read-only array gives a read-only view).
+      if (nb::try_cast(obj.attr("view")(np.attr("uint16")), t.array, /*convert=*/false)) {
+        t.dtype = attn::DType::kBF16;
+        return t;
+      }
+    } else if (dtype != "float32" && dtype != "float16") {
+      // Other dtypes NumPy cannot export (ml_dtypes' float8 types, ...).
+      throw nb::type_error((std::string("attn: ") + name + " must be " + kDtypes + ", got " +
+                            dtype + " (convert with .astype(numpy.float32))")
+                               .c_str());
+    }
+  }
+  return {ToArray<Array>(name, obj, what), attn::DType::kF32};  // raises its TypeError
+}
+
+// out_dtype=: None, a name ("float32"/"f32", "float16"/"f16",
+// "bfloat16"/"bf16") or anything numpy.dtype() takes (numpy.float16,
+// ml_dtypes.bfloat16, a dtype object).
+std::optional<attn::DType> ParseOutDtype(const nb::handle& obj) {
+  if (obj.is_none()) return std::nullopt;
+  std::string name;
+  if (nb::isinstance<nb::str>(obj)) {
+    name = nb::cast<std::string>(obj);
+  } else {
+    try {
+      name = nb::cast<std::string>(nb::str(Numpy().attr("dtype")(obj).attr("name")));
+    } catch (const nb::python_error&) {
+      throw nb::type_error(("attn: out_dtype must be a dtype or its name (" + std::string(kDtypes) +
+                            "), got " +
+                            nb::cast<std::string>(nb::repr(obj)))
+                               .c_str());
+    }
+  }
+  if (name == "float32" || name == "f32") return attn::DType::kF32;
+  if (name == "float16" || name == "f16") return attn::DType::kF16;
+  if (name == "bfloat16" || name == "bf16") return attn::DType::kBF16;
+  throw nb::type_error(
+      ("attn: out_dtype must be " + std::string(kDtypes) + ", got " + name).c_str());
+}
+
 constexpr const char* kInWhat = "a CPU array (NumPy, or any DLPack or buffer-protocol object)";
 constexpr const char* kOutWhat = "a writable CPU array (NumPy, or any DLPack or buffer-protocol object)";
 
 nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb::handle& v_obj,
                      const nb::handle& causal, std::optional<float> scale,
                      const nb::handle& mask_obj, const std::string& kernel, int threads,
-                     bool return_lse, const nb::handle& out_obj_in) {
-  const InArray q_arr = ToArray<InArray>("q", q_obj, kInWhat);
-  const InArray k_arr = ToArray<InArray>("k", k_obj, kInWhat);
-  const InArray v_arr = ToArray<InArray>("v", v_obj, kInWhat);
-  const View4 q = AsView("q", q_arr, 2), k = AsView("k", k_arr, 2), v = AsView("v", v_arr, 2);
+                     bool return_lse, const nb::handle& out_obj_in,
+                     const nb::handle& out_dtype_obj) {
+  const Typed<InArray> q_in = TypedArray<InArray>("q", q_obj, kInWhat);
+  const Typed<InArray> k_in = TypedArray<InArray>("k", k_obj, kInWhat);
+  const Typed<InArray> v_in = TypedArray<InArray>("v", v_obj, kInWhat);
+  const std::optional<attn::DType> out_dtype = ParseOutDtype(out_dtype_obj);
+  const View4 q = AsView("q", q_in.array, 2), k = AsView("k", k_in.array, 2),
+              v = AsView("v", v_in.array, 2);
   RequireContiguousRows("q", q);
   RequireContiguousRows("k", k);
   RequireContiguousRows("v", v);
@@ -169,15 +279,16 @@ nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb:
   // Batch broadcasts like NumPy: a K/V batch of 1 is shared by every query batch.
   const int64_t k_batch = BroadcastStride("k", k, 0, p.batch, "batch (shape[-4])");
   const int64_t v_batch = BroadcastStride("v", v, 0, p.batch, "batch (shape[-4])");
-  p.q = {static_cast<const float*>(q.data), q.stride[0], q.stride[1], q.stride[2]};
-  p.k = {static_cast<const float*>(k.data), k_batch, k.stride[1], k.stride[2]};
-  p.v = {static_cast<const float*>(v.data), v_batch, v.stride[1], v.stride[2]};
+  p.q = {q.data, q.stride[0], q.stride[1], q.stride[2], q_in.dtype};
+  p.k = {k.data, k_batch, k.stride[1], k.stride[2], k_in.dtype};
+  p.v = {v.data, v_batch, v.stride[1], v.stride[2], v_in.dtype};
   p.scale = scale;
   p.causal = ParseCausal(causal);
 
   InArray mask_arr;
   if (!mask_obj.is_none()) {
     mask_arr = ToArray<InArray>("mask", mask_obj, kInWhat);
+    RequireFloat32("mask", mask_arr);
     const View4 m = AsView("mask", mask_arr, 2);
     p.mask.data = static_cast<const float*>(m.data);
     p.mask.batch_stride = BroadcastStride("mask", m, 0, p.batch, "batch (shape[-4])");
@@ -194,9 +305,16 @@ nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb:
 
   nb::object out_obj;
   OutArray out_arr;
+  attn::DType o_dtype;
   View4 o;
   if (!out_obj_in.is_none()) {
-    out_arr = ToArray<OutArray>("out", out_obj_in, kOutWhat);
+    Typed<OutArray> out_in = TypedArray<OutArray>("out", out_obj_in, kOutWhat);
+    out_arr = out_in.array;
+    o_dtype = out_in.dtype;
+    if (out_dtype && *out_dtype != o_dtype) {
+      Raise(std::string("attn: out_dtype (") + NumpyName(*out_dtype) + ") must match out's dtype (" +
+            NumpyName(o_dtype) + "), or be left out");
+    }
     o = AsView("out", out_arr, 2);
     RequireContiguousRows("out", o);
     bool same = o.ndim == q.ndim;
@@ -211,16 +329,18 @@ nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb:
     }
     out_obj = nb::borrow(out_obj_in);
   } else {
-    out_obj = NumpyEmpty(out_shape);
-    out_arr = ToArray<OutArray>("out", out_obj, kOutWhat);
+    // By default the output has q's element type.
+    o_dtype = out_dtype.value_or(q_in.dtype);
+    out_obj = NumpyEmpty(out_shape, o_dtype);
+    out_arr = TypedArray<OutArray>("out", out_obj, kOutWhat).array;
     o = AsView("out", out_arr, 2);
   }
-  p.out = {static_cast<float*>(o.data), o.stride[0], o.stride[1], o.stride[2]};
+  p.out = {o.data, o.stride[0], o.stride[1], o.stride[2], o_dtype};
 
   nb::object lse_obj;
   OutArray lse_arr;
   if (return_lse) {
-    lse_obj = NumpyEmpty(lse_shape);
+    lse_obj = NumpyEmpty(lse_shape, attn::DType::kF32);
     lse_arr = ToArray<OutArray>("lse", lse_obj, kOutWhat);
     const View4 l = AsView("lse", lse_arr, 1);
     // lse is [.., rows] with no column: its dims sit one place to the right.
@@ -259,8 +379,8 @@ NB_MODULE(_attn, m) {
 
   m.def("attention", &Attention, "q"_a, "k"_a, "v"_a, nb::kw_only(), "causal"_a = false,
         "scale"_a = nb::none(), "mask"_a = nb::none(), "kernel"_a = "auto", "threads"_a = 0,
-        "return_lse"_a = false, "out"_a = nb::none(),
-        R"(softmax(q @ k.T * scale + mask) @ v over float32 arrays, without copies.
+        "return_lse"_a = false, "out"_a = nb::none(), "out_dtype"_a = nb::none(),
+        R"(softmax(q @ k.T * scale + mask) @ v, in place on the caller's arrays.
 
 q: (..., Tq, d), k: (..., Tk, d), v: (..., Tk, dv) with ... = [batch,] heads
 (2 to 4 dims). k and v may have fewer heads than q (grouped-query attention:
@@ -268,16 +388,24 @@ their head count must divide q's) and a batch of 1 (shared). Any strides
 work (transposed views such as x.transpose(0, 2, 1, 3) of a [B, T, H, d]
 array are read in place) as long as the last dimension is contiguous.
 
+Element types: q, k, v and out are each float32, float16 or bfloat16
+(ml_dtypes.bfloat16, or a DLPack bfloat16 tensor), independently; nothing
+is converted or copied. The kernels widen 16-bit inputs exactly, compute in
+float32 and round a 16-bit output once (to nearest even).
+
 causal: False/'none', True/'bottom_right' (query i sees keys up to
 Tk - Tq + i: the KV-cache alignment), or 'top_left' (PyTorch's is_causal).
 scale: default 1/sqrt(d). mask: additive float32, broadcastable to
 (batch, heads, Tq, Tk); -inf hides a key. kernel: 'auto' or a name of
 attn.kernels() (fastest first). threads: 0 = OpenMP's default.
-out: optional float32 array of the output's shape to write into.
+out: optional array of the output's shape (any of the three types) to write
+into. out_dtype: the element type of a new output ('float32', 'float16',
+'bfloat16', numpy.float16, ml_dtypes.bfloat16, ...); default q's dtype.
 
-Returns out, or (out, lse) with return_lse=True (lse: (..., Tq), the natural
-log-sum-exp of each row's scores). Raises attn.Error (a ValueError) naming
-the bad field and value; TypeError for a non-float32 array.)");
+Returns out, or (out, lse) with return_lse=True (lse: float32 (..., Tq), the
+natural log-sum-exp of each row's scores). Raises attn.Error (a ValueError)
+naming the bad field and value; TypeError naming the argument for an array
+of another dtype (float64, int, ...).)");
 
   nb::class_<attn::TuningStatus>(m, "TuningStatus")
       .def_ro("loaded", &attn::TuningStatus::loaded)

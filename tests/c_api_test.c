@@ -3,6 +3,7 @@
  * compared with a scalar double-precision reference written here, not the
  * library's, so the check does not share code with what it checks. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -30,10 +31,44 @@ static float next_value(unsigned* state) {
   return (float)((*state >> 8) & 0xFFFF) / 32768.0f - 1.0f;
 }
 
-/* Q, K, V, O in [B, T, H, d] (sequence-major) layout to exercise strides. */
+/* Q, K, V, O in [B, T, H, d] (sequence-major) layout to exercise strides.
+ * The 16-bit tests store the same tensors as bit patterns in q16..out16. */
 static float q[B][TQ][HQ][D], k[B][TK][HKV][D], v[B][TK][HKV][DV];
 static float mask[TQ][TK]; /* broadcast over batch and heads */
 static float out[B][TQ][HQ][DV], lse[B][HQ][TQ];
+static uint16_t q16[B][TQ][HQ][D], k16[B][TK][HKV][D], v16[B][TK][HKV][DV];
+static uint16_t out16[B][TQ][HQ][DV];
+
+/* bfloat16 and float16 bit patterns, written here independently of the
+ * library: rounding to nearest, ties to even (rint in the default rounding
+ * mode), for finite values (all these tests use). */
+static uint16_t bf16_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+static float from_bf16_bits(uint16_t h) {
+  const uint32_t u = (uint32_t)h << 16;
+  float x;
+  memcpy(&x, &u, sizeof x);
+  return x;
+}
+static uint16_t f16_bits(float x) {
+  const uint16_t sign = signbit(x) ? 0x8000u : 0u;
+  double a = fabs((double)x);
+  int e;
+  if (a < ldexp(1.0, -14)) return (uint16_t)(sign | (uint16_t)rint(ldexp(a, 24))); /* subnormal */
+  const double f = frexp(a, &e) * 2.0;                /* a = f * 2^(e-1), 1 <= f < 2 */
+  double m = rint((f - 1.0) * 1024.0);
+  if (m == 1024.0) m = 0.0, ++e;                      /* rounded up to the next power of 2 */
+  if (e - 1 + 15 >= 31) return (uint16_t)(sign | 0x7C00u); /* overflow: inf */
+  return (uint16_t)(sign | (uint16_t)((e - 1 + 15) << 10) | (uint16_t)m);
+}
+static float from_f16_bits(uint16_t h) {
+  const int ex = (h >> 10) & 0x1F, m = h & 0x3FF;
+  const double a = ex == 0 ? ldexp(m, -24) : ex == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, ex - 25);
+  return (float)((h & 0x8000u) ? -a : a);
+}
 
 static void reference(int b, int h, int i, float scale, double* o, double* l) {
   const int kvh = h / (HQ / HKV);
@@ -65,10 +100,10 @@ static attn_problem_t make_problem(void) {
   p.kv_len = TK;
   p.head_dim = D;
   p.value_dim = DV;
-  p.q = (attn_tensor_t){&q[0][0][0][0], TQ * HQ * D, D, HQ * D};
-  p.k = (attn_tensor_t){&k[0][0][0][0], TK * HKV * D, D, HKV * D};
-  p.v = (attn_tensor_t){&v[0][0][0][0], TK * HKV * DV, DV, HKV * DV};
-  p.out = (attn_out_tensor_t){&out[0][0][0][0], TQ * HQ * DV, DV, HQ * DV};
+  p.q = (attn_tensor_t){&q[0][0][0][0], TQ * HQ * D, D, HQ * D, ATTN_F32};
+  p.k = (attn_tensor_t){&k[0][0][0][0], TK * HKV * D, D, HKV * D, ATTN_F32};
+  p.v = (attn_tensor_t){&v[0][0][0][0], TK * HKV * DV, DV, HKV * DV, ATTN_F32};
+  p.out = (attn_out_tensor_t){&out[0][0][0][0], TQ * HQ * DV, DV, HQ * DV, ATTN_F32};
   p.has_scale = 1;
   p.scale = 0.3f;
   p.causal = ATTN_CAUSAL_BOTTOM_RIGHT;
@@ -139,6 +174,115 @@ static void test_invalid_field(void) {
   CHECK(strstr(attn_last_error(), "NOPE") != NULL, "message: %s", attn_last_error());
 }
 
+static uint16_t to_bits(attn_dtype_t t, float x) { return t == ATTN_BF16 ? bf16_bits(x) : f16_bits(x); }
+static float from_bits(attn_dtype_t t, uint16_t h) {
+  return t == ATTN_BF16 ? from_bf16_bits(h) : from_f16_bits(h);
+}
+static const char* dtype_name(attn_dtype_t t) {
+  return t == ATTN_F32 ? "f32" : t == ATTN_BF16 ? "bf16" : "f16";
+}
+
+/* A 16-bit input: its bit patterns go to bits[], and x[] is overwritten with
+ * the value they hold (what the double reference then reads). */
+static void round_to(attn_dtype_t t, float* x, uint16_t* bits, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    bits[i] = to_bits(t, x[i]);
+    x[i] = from_bits(t, bits[i]);
+  }
+}
+
+/* q, k, v and out in the given element types (f32 ones use the float
+ * arrays), every kernel, checked against the double reference over the
+ * same rounded inputs. Bound: the f32 tests' 1e-5 for float32 accumulation,
+ * plus for a 16-bit output one rounding to nearest, at most u * |out|
+ * (u = 2^-8 for bf16, 2^-11 for f16). */
+static void test_16bit(attn_dtype_t tq, attn_dtype_t tkv, attn_dtype_t tout) {
+  static float q0[B][TQ][HQ][D], k0[B][TK][HKV][D], v0[B][TK][HKV][DV];
+  memcpy(q0, q, sizeof q);
+  memcpy(k0, k, sizeof k);
+  memcpy(v0, v, sizeof v);
+  if (tq != ATTN_F32) round_to(tq, &q[0][0][0][0], &q16[0][0][0][0], sizeof q / sizeof(float));
+  if (tkv != ATTN_F32) {
+    round_to(tkv, &k[0][0][0][0], &k16[0][0][0][0], sizeof k / sizeof(float));
+    round_to(tkv, &v[0][0][0][0], &v16[0][0][0][0], sizeof v / sizeof(float));
+  }
+  const double u = tout == ATTN_BF16 ? ldexp(1.0, -8) : tout == ATTN_F16 ? ldexp(1.0, -11) : 0.0;
+  for (int kernel = ATTN_KERNEL_AUTO; kernel <= ATTN_KERNEL_PARALLEL; ++kernel) {
+    attn_problem_t p = make_problem();
+    if (tq != ATTN_F32) p.q.data = q16, p.q.dtype = tq;
+    if (tkv != ATTN_F32) p.k.data = k16, p.k.dtype = tkv, p.v.data = v16, p.v.dtype = tkv;
+    if (tout != ATTN_F32) p.out.data = out16, p.out.dtype = tout;
+    attn_options_t o;
+    attn_options_init(&o);
+    o.kernel = (attn_kernel_t)kernel;
+    o.threads = 2;
+    memset(out, 0, sizeof out);
+    memset(out16, 0xFF, sizeof out16); /* NaN in both types until written */
+    const attn_status_t st = attn_attention(&p, &o);
+    CHECK(st == ATTN_OK, "q %s kv %s out %s kernel %d: status %d: %s", dtype_name(tq),
+          dtype_name(tkv), dtype_name(tout), kernel, (int)st, attn_last_error());
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < HQ; ++h)
+        for (int i = 0; i < TQ; ++i) {
+          double o_ref[DV], l_ref;
+          reference(b, h, i, 0.3f, o_ref, &l_ref);
+          for (int x = 0; x < DV; ++x) {
+            const double got =
+                tout == ATTN_F32 ? out[b][i][h][x] : from_bits(tout, out16[b][i][h][x]);
+            CHECK(fabs(got - o_ref[x]) <= 1e-5 + u * fabs(o_ref[x]),
+                  "q %s kv %s out %s kernel %d out[%d][%d][%d][%d] = %.9g, want %.9g",
+                  dtype_name(tq), dtype_name(tkv), dtype_name(tout), kernel, b, i, h, x, got,
+                  o_ref[x]);
+          }
+          CHECK(fabs(lse[b][h][i] - l_ref) < 1e-5, "q %s kv %s out %s kernel %d lse = %g, want %g",
+                dtype_name(tq), dtype_name(tkv), dtype_name(tout), kernel, lse[b][h][i], l_ref);
+        }
+  }
+  memcpy(q, q0, sizeof q);
+  memcpy(k, k0, sizeof k);
+  memcpy(v, v0, sizeof v);
+}
+
+/* The encoders above agree with values whose patterns are known. */
+static void test_bit_helpers(void) {
+  CHECK(bf16_bits(1.0f) == 0x3F80 && f16_bits(1.0f) == 0x3C00, "1.0");
+  CHECK(bf16_bits(-2.5f) == 0xC020 && f16_bits(-2.5f) == 0xC100, "-2.5");
+  CHECK(f16_bits(65504.0f) == 0x7BFF && f16_bits(1e6f) == 0x7C00, "f16 max / overflow");
+  CHECK(f16_bits(ldexpf(1.0f, -24)) == 0x0001, "f16 smallest subnormal");
+  CHECK(bf16_bits(1.0f + ldexpf(1.0f, -8)) == 0x3F80, "bf16 tie to even (down)");
+  CHECK(bf16_bits(1.0f + 3 * ldexpf(1.0f, -8)) == 0x3F82, "bf16 tie to even (up)");
+  CHECK(f16_bits(1.0f + ldexpf(1.0f, -11)) == 0x3C00, "f16 tie to even (down)");
+  CHECK(f16_bits(1.0f + 3 * ldexpf(1.0f, -11)) == 0x3C02, "f16 tie to even (up)");
+  CHECK(from_f16_bits(0x3555) == (float)(1365.0 / 4096.0), "f16 decode %g", from_f16_bits(0x3555));
+  CHECK(from_bf16_bits(0xC020) == -2.5f, "bf16 decode");
+}
+
+/* An element type outside attn_dtype_t is refused by name; nothing written. */
+static void test_invalid_dtype(void) {
+  attn_problem_t p = make_problem();
+  p.q.dtype = (attn_dtype_t)7;
+  for (float* x = &out[0][0][0][0]; x < &out[0][0][0][0] + sizeof out / sizeof(float); ++x) *x = 42.0f;
+  CHECK(attn_attention(&p, NULL) == ATTN_INVALID_ARGUMENT, "q dtype 7 accepted");
+  CHECK(strstr(attn_last_error(), "q.dtype") != NULL && strstr(attn_last_error(), "7") != NULL,
+        "message: %s", attn_last_error());
+  printf("c_api_test: expected error: %s\n", attn_last_error());
+  int untouched = 1;
+  for (const float* x = &out[0][0][0][0]; x < &out[0][0][0][0] + sizeof out / sizeof(float); ++x)
+    untouched &= *x == 42.0f;
+  CHECK(untouched, "out written on error");
+
+  p = make_problem();
+  p.out.data = out16;
+  p.out.dtype = (attn_dtype_t)7;
+  memset(out16, 0x5A, sizeof out16);
+  CHECK(attn_attention(&p, NULL) == ATTN_INVALID_ARGUMENT, "out dtype 7 accepted");
+  CHECK(strstr(attn_last_error(), "out.dtype") != NULL, "message: %s", attn_last_error());
+  int clean = 1;
+  for (const uint16_t* x = &out16[0][0][0][0]; x < &out16[0][0][0][0] + sizeof out16 / 2; ++x)
+    clean &= *x == 0x5A5A;
+  CHECK(clean, "out16 written on error");
+}
+
 static void test_tuning_file_errors_are_statuses(void) {
   /* A missing file is ignored by the library (defaults stay): a status and a
    * message naming the path, never a crash or an exception. */
@@ -160,6 +304,12 @@ int main(void) {
   test_matches_reference(ATTN_KERNEL_STREAMING);
   test_matches_reference(ATTN_KERNEL_PARALLEL);
   test_invalid_field();
+  test_bit_helpers();
+  test_16bit(ATTN_BF16, ATTN_BF16, ATTN_BF16);
+  test_16bit(ATTN_F16, ATTN_F16, ATTN_F16);
+  test_16bit(ATTN_F32, ATTN_F16, ATTN_BF16); /* mixed: each tensor its own type */
+  test_16bit(ATTN_BF16, ATTN_F16, ATTN_F32);
+  test_invalid_dtype();
   test_tuning_file_errors_are_statuses();
   CHECK(strlen(attn_version()) > 0, "empty version");
   CHECK(strlen(attn_current_target()) > 0, "empty target");

@@ -2,9 +2,11 @@
 
     out = attn.attention(q, k, v, causal=True)
 
-runs on float32 NumPy arrays (or any DLPack / buffer-protocol CPU array) in
-place: no copies, any strides with a contiguous last dimension. Errors raise
-attn.Error (a ValueError) whose message names the bad field and value.
+runs on NumPy arrays (or any DLPack / buffer-protocol CPU array) of float32,
+float16 or bfloat16 (ml_dtypes.bfloat16), each of q, k, v and out its own
+type, in place: no copies, any strides with a contiguous last dimension. A
+new output has q's dtype unless out_dtype= is given. Errors raise attn.Error
+(a ValueError) whose message names the bad field and value.
 """
 from importlib.metadata import PackageNotFoundError, version as _version
 

@@ -36,7 +36,7 @@ def test_unknown_kernel_names_the_value():
 
 def test_float64_is_a_type_error_not_a_silent_copy():
     q, k, v = arrays()
-    with pytest.raises(TypeError, match=r"attn: k must be float32, got float64"):
+    with pytest.raises(TypeError, match=r"attn: k must be float32, float16 or bfloat16, got float64"):
         attn.attention(q, k.astype(np.float64), v)
 
 

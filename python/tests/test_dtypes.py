@@ -1,0 +1,328 @@
+"""Element types: q, k, v and out each float32, float16 or bfloat16
+(ml_dtypes), independently, against the float64 reference of
+test_attention.py computed from the same rounded values."""
+import ctypes
+import itertools
+
+import numpy as np
+import pytest
+
+import attn
+from test_attention import KERNELS, reference
+
+try:
+    import ml_dtypes
+except ImportError:  # optional: bfloat16 cases skip without it
+    ml_dtypes = None
+
+NAMES = ["f32", "f16", "bf16"]
+
+# Unit roundoff of each output type: rounding a value x to nearest moves it
+# by at most u * |x| (2^-p for p significand bits: float16 11, bfloat16 8).
+UNIT_ROUNDOFF = {"f32": 0.0, "f16": 2.0**-11, "bf16": 2.0**-8}
+
+
+def dtype(name):
+    if name == "bf16":
+        if ml_dtypes is None:
+            pytest.skip("bfloat16 needs ml_dtypes")
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype({"f32": np.float32, "f16": np.float16}[name])
+
+
+def rand(rng, shape, name):
+    """Standard normal values rounded (to nearest even) to the element type."""
+    return rng.standard_normal(shape).astype(np.float32).astype(dtype(name))
+
+
+def f64(x):
+    return np.asarray(x).astype(np.float64)
+
+
+def check(got, want, v, out_name):
+    """The bound: the float32 tests' tolerance for float32 accumulation
+    (atol 2e-5, rtol 1e-4, as test_attention.check), plus for a 16-bit output
+    its one rounding to nearest, u * |out| <= u * max|v| (each output is a
+    convex combination of rows of v, so |out| <= max|v|). The reference reads
+    the same rounded inputs as the kernels (cast to float64), so rounding the
+    inputs adds nothing to the bound."""
+    got, want = f64(got), f64(want)
+    bound = 2e-5 + 1e-4 * np.abs(want) + UNIT_ROUNDOFF[out_name] * np.abs(f64(v)).max()
+    err = np.abs(got - want)
+    assert got.shape == want.shape
+    worst = np.unravel_index(np.argmax(err - bound), err.shape)
+    assert np.all(err <= bound), (
+        f"|out - ref| exceeds the bound at {worst}: got {got[worst]!r}, want {want[worst]!r}, "
+        f"error {err[worst]:.3g} > bound {bound[worst]:.3g}")
+
+
+# Ragged shapes: GQA with causal prefill over more keys than queries, a
+# decode step (T_q = 1, the narrow path) over a padded KV cache (strided
+# views), and
+# sequence-major [B, T, H, d] buffers seen as [B, H, T, d] with top-left
+# causality and d_v != d.
+SHAPES = ["gqa_causal", "decode", "seq_major_top_left"]
+
+
+def make(rng, shape, qn, kn, vn):
+    """(q, k, v, causal) in the given element types."""
+    if shape == "gqa_causal":
+        return (rand(rng, (2, 4, 19, 32), qn), rand(rng, (2, 2, 37, 32), kn),
+                rand(rng, (2, 2, 37, 24), vn), "bottom_right")
+    if shape == "decode":
+        q = rand(rng, (1, 8, 1, 36), qn)  # d and d_v not multiples of any SIMD width
+        k_cache, v_cache = rand(rng, (1, 2, 64, 36), kn), rand(rng, (1, 2, 64, 20), vn)
+        return q, k_cache[:, :, :45], v_cache[:, :, :45], True
+    assert shape == "seq_major_top_left"
+    q = rand(rng, (1, 13, 3, 16), qn).transpose(0, 2, 1, 3)
+    k = rand(rng, (1, 9, 3, 16), kn).transpose(0, 2, 1, 3)
+    v = rand(rng, (1, 9, 3, 5), vn).transpose(0, 2, 1, 3)
+    return q, k, v, "top_left"
+
+
+def out_like(q, v, name):
+    shape = q.shape[:-1] + (v.shape[-1],)
+    return np.full(shape, np.nan, dtype=dtype(name))
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(4321)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("qn,kn,vn,on", list(itertools.product(NAMES, repeat=4)))
+def test_every_dtype_combination(rng, shape, qn, kn, vn, on):
+    q, k, v, causal = make(rng, shape, qn, kn, vn)
+    out = out_like(q, v, on)
+    got, lse = attn.attention(q, k, v, causal=causal, out=out, return_lse=True)
+    assert got is out and out.dtype == dtype(on)  # written in place, in out's type
+    want, want_lse = reference(f64(q), f64(k), f64(v), causal=causal)
+    check(out, want, v, on)
+    assert lse.dtype == np.float32
+    np.testing.assert_allclose(lse, want_lse, atol=2e-5, rtol=1e-4)
+
+
+# Every kernel (the panel kernels widen key tiles, the narrow decode path
+# widens 16-bit rows in registers) on uniform and mixed types.
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("qn,kn,vn,on", [("bf16",) * 4, ("f16",) * 4,
+                                         ("f32", "f16", "f16", "f32"),
+                                         ("bf16", "f32", "f16", "f16")])
+def test_every_kernel(rng, kernel, shape, qn, kn, vn, on):
+    q, k, v, causal = make(rng, shape, qn, kn, vn)
+    got = attn.attention(q, k, v, causal=causal, kernel=kernel, out_dtype=dtype(on))
+    assert got.dtype == dtype(on)
+    check(got, reference(f64(q), f64(k), f64(v), causal=causal)[0], v, on)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_supported_target(rng, shape):
+    # Each SIMD target has its own widening and narrowing code.
+    q, k, v, causal = make(rng, shape, "bf16", "f16", "bf16")
+    want = reference(f64(q), f64(k), f64(v), causal=causal)[0]
+    try:
+        for target in attn.supported_targets():
+            attn.force_target(target)
+            for kernel in attn.kernels():
+                for on in ("f16", "bf16"):
+                    got = attn.attention(q, k, v, causal=causal, kernel=kernel, out_dtype=on)
+                    check(got, want, v, on)
+    finally:
+        attn.force_target("auto")
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("on", ["f16", "bf16"])
+def test_a_16bit_output_is_the_float32_result_rounded_once(rng, kernel, on):
+    q, k, v, causal = make(rng, "gqa_causal", "bf16", "f16", "f32")
+    as_f32 = attn.attention(q, k, v, causal=causal, kernel=kernel, threads=1, out_dtype="float32")
+    assert as_f32.dtype == np.float32  # (by default the output would be bfloat16, like q)
+    narrow = attn.attention(q, k, v, causal=causal, kernel=kernel, threads=1, out_dtype=on)
+    np.testing.assert_array_equal(narrow, as_f32.astype(dtype(on)))
+
+
+@pytest.mark.parametrize("on", NAMES)
+def test_a_wrong_result_fails_the_bound(rng, on):
+    # Attention over all keys but the first: what a kernel that skipped one
+    # key would return. The bound must tell it from the right answer.
+    q, k, v, causal = rand(rng, (1, 2, 6, 16), "f32"), rand(rng, (1, 2, 8, 16), "f32"), \
+        rand(rng, (1, 2, 8, 16), "f32"), False
+    got = attn.attention(q, k, v, out_dtype=dtype(on))
+    check(got, reference(f64(q), f64(k), f64(v))[0], v, on)
+    wrong = reference(f64(q), f64(k[:, :, 1:]), f64(v[:, :, 1:]))[0]
+    with pytest.raises(AssertionError, match="exceeds the bound"):
+        check(got, wrong, v, on)
+
+
+def test_default_output_type_is_qs(rng):
+    q, k, v, _ = make(rng, "gqa_causal", "f16", "f32", "bf16")
+    out, lse = attn.attention(q, k, v, return_lse=True)
+    assert out.dtype == np.float16 and lse.dtype == np.float32
+    assert attn.attention(q.astype(np.float32), k, v).dtype == np.float32
+    assert attn.attention(q.astype(dtype("bf16")), k, v).dtype == dtype("bf16")
+
+
+@pytest.mark.parametrize("spelling,name", [
+    ("float32", "f32"), ("f32", "f32"), (np.float32, "f32"),
+    ("float16", "f16"), ("f16", "f16"), (np.float16, "f16"), (np.dtype("float16"), "f16"),
+    ("bfloat16", "bf16"), ("bf16", "bf16"), ("ml_dtypes.bfloat16", "bf16")])
+def test_out_dtype_spellings(rng, spelling, name):
+    if spelling == "ml_dtypes.bfloat16":
+        spelling = dtype("bf16").type
+    q, k, v, causal = make(rng, "decode", "f32", "f16", "f16")
+    out = attn.attention(q, k, v, causal=causal, out_dtype=spelling)
+    assert out.dtype == dtype(name)
+    check(out, reference(f64(q), f64(k), f64(v), causal=causal)[0], v, name)
+
+
+def test_out_dtype_must_agree_with_out(rng):
+    q, k, v, _ = make(rng, "decode", "f32", "f32", "f32")
+    out = out_like(q, v, "f16")
+    assert attn.attention(q, k, v, out=out, out_dtype="float16") is out
+    with pytest.raises(ValueError, match=r"out_dtype \(float32\) must match out's dtype \(float16\)"):
+        attn.attention(q, k, v, out=out, out_dtype=np.float32)
+
+
+@pytest.mark.parametrize("arg", ["q", "k", "v", "out"])
+@pytest.mark.parametrize("bad", [np.float64, np.int32, np.uint16, np.int8])
+def test_unsupported_dtypes_name_the_argument_and_dtype(rng, arg, bad):
+    arrays = dict(zip("qkv", make(rng, "decode", "f32", "f32", "f32")[:3]))
+    arrays["out"] = out_like(arrays["q"], arrays["v"], "f32")
+    arrays[arg] = np.zeros_like(arrays[arg], dtype=bad) if arg == "out" else arrays[arg].astype(bad)
+    with pytest.raises(TypeError, match=(rf"^attn: {arg} must be float32, float16 or bfloat16, "
+                                         rf"got {np.dtype(bad).name} ")):
+        attn.attention(arrays["q"], arrays["k"], arrays["v"], out=arrays["out"])
+    assert arg == "out" or np.isnan(arrays["out"]).all()  # nothing written
+
+
+def test_other_ml_dtypes_types_are_named():
+    if ml_dtypes is None:
+        pytest.skip("needs ml_dtypes")
+    q = np.zeros((2, 8), dtype=ml_dtypes.float8_e4m3fn)  # NumPy exports it neither way
+    k = v = np.zeros((2, 8), dtype=np.float32)
+    with pytest.raises(TypeError, match=r"^attn: q must be float32, float16 or bfloat16, got float8_e4m3fn"):
+        attn.attention(q, k, v)
+
+
+def test_mask_stays_float32(rng):
+    q, k, v, _ = make(rng, "decode", "f16", "f16", "f16")
+    mask = np.zeros((1, 45), dtype=np.float16)
+    with pytest.raises(TypeError, match=r"^attn: mask must be float32, got float16"):
+        attn.attention(q, k, v, mask=mask)
+    got = attn.attention(q, k, v, mask=mask.astype(np.float32))
+    check(got, reference(f64(q), f64(k), f64(v))[0], v, "f16")
+
+
+@pytest.mark.parametrize("bad,match", [("float64", "got float64"), ("int8", "got int8"),
+                                       ("half precision", "got half precision"),
+                                       (object(), "out_dtype must be a dtype")])
+def test_bad_out_dtype(rng, bad, match):
+    q, k, v, _ = make(rng, "decode", "f32", "f32", "f32")
+    with pytest.raises(TypeError, match=match):
+        attn.attention(q, k, v, out_dtype=bad)
+
+
+def test_read_only_16bit_inputs_and_a_read_only_out(rng):
+    q, k, v, causal = make(rng, "gqa_causal", "bf16", "f16", "bf16")
+    for x in (q, k, v):
+        x.setflags(write=False)
+    check(attn.attention(q, k, v, causal=causal), reference(f64(q), f64(k), f64(v), causal=causal)[0],
+          v, "bf16")
+    out = out_like(q, v, "bf16")
+    out.setflags(write=False)
+    with pytest.raises(TypeError, match="writable"):
+        attn.attention(q, k, v, out=out)
+
+
+# ---- DLPack: any producer, not only NumPy (PyTorch, JAX, ...) ----------------
+
+class DLPackOnly:
+    """Exposes an array through __dlpack__ alone, as a foreign framework does."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, **kwargs):
+        return self.a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+
+
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+class BFloat16DLPack:
+    """A bfloat16 tensor exported the way PyTorch exports torch.bfloat16
+    (DLPack code kDLBfloat = 4, 16 bits), over the bit patterns of a uint16
+    NumPy array; no ml_dtypes involved. Unversioned capsule, no deleter (the
+    producer keeps the memory alive)."""
+
+    def __init__(self, bits):
+        assert bits.dtype == np.uint16
+        self.bits = bits
+        self._shape = (ctypes.c_int64 * bits.ndim)(*bits.shape)
+        self._strides = (ctypes.c_int64 * bits.ndim)(*(s // 2 for s in bits.strides))
+        self._managed = []
+
+    def __dlpack__(self, **kwargs):
+        m = _DLManagedTensor()
+        m.dl_tensor = _DLTensor(self.bits.ctypes.data, _DLDevice(1, 0), self.bits.ndim,
+                                _DLDataType(4, 16, 1), self._shape, self._strides, 0)
+        self._managed.append(m)
+        return _capsule_new(ctypes.addressof(m), b"dltensor", None)
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+def test_dlpack_producers_float16(rng):
+    q, k, v, causal = make(rng, "gqa_causal", "f16", "f16", "f32")
+    out = out_like(q, v, "f16")
+    got = attn.attention(DLPackOnly(q), DLPackOnly(k), DLPackOnly(v), causal=causal,
+                         out=DLPackOnly(out))
+    assert isinstance(got, DLPackOnly) and got.a is out
+    check(out, reference(f64(q), f64(k), f64(v), causal=causal)[0], v, "f16")
+
+
+def test_dlpack_bfloat16_as_pytorch_exports_it(rng):
+    q, k, v, causal = make(rng, "gqa_causal", "bf16", "f32", "bf16")
+    out_bits = np.full(q.shape[:-1] + (v.shape[-1],), 0x7FC0, dtype=np.uint16)  # NaN
+    got = attn.attention(BFloat16DLPack(q.view(np.uint16)), k, BFloat16DLPack(v.view(np.uint16)),
+                         causal=causal, out=BFloat16DLPack(out_bits))
+    assert isinstance(got, BFloat16DLPack) and got.bits is out_bits
+    # The result is bfloat16 bit patterns: widen them exactly (<< 16).
+    out = (out_bits.astype(np.uint32) << 16).view(np.float32)
+    check(out, reference(f64(q), f64(k), f64(v), causal=causal)[0], v, "bf16")
+    # Without out=, a bfloat16 q gives an ml_dtypes.bfloat16 result.
+    default = attn.attention(BFloat16DLPack(q.view(np.uint16)), k, v, causal=causal)
+    np.testing.assert_array_equal(default.view(np.uint16), out_bits)
+
+
+def test_plain_uint16_bits_are_not_taken_for_bfloat16(rng):
+    q, k, v, _ = make(rng, "decode", "bf16", "bf16", "bf16")
+    with pytest.raises(TypeError, match="got uint16"):
+        attn.attention(q.view(np.uint16), k, v)
