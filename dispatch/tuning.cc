@@ -236,7 +236,38 @@ AutoChoice ExplainChoice(int64_t q_len, int64_t kv_len, int64_t head_dim, Causal
   return ExplainChoice(shape, Options{KernelId::kAuto, threads, Tiles{}});
 }
 
+namespace {
+
+// ExplainChoice without the path.
+AutoChoice ExplainKernelChoice(const Problem& problem, const Options& options);
+
+// AutoChoice::path for `kernel` on `problem`'s element types.
+std::string PathText(KernelId kernel, const Problem& p) {
+  std::string path =
+      GetKernelInfo(kernel).simd ? CurrentTarget() + " float32 FMA" : std::string("scalar float32");
+  std::string widened;
+  const std::pair<const char*, DType> inputs[] = {{"q", p.q.dtype}, {"k", p.k.dtype}, {"v", p.v.dtype}};
+  for (const auto& [name, type] : inputs) {
+    if (type == DType::kF32) continue;
+    widened += std::string(widened.empty() ? "" : ", ") + name + " " + DTypeName(type);
+  }
+  if (!widened.empty()) path += "; " + widened + " widened to float32 exactly";
+  if (p.out.dtype != DType::kF32) {
+    path += std::string("; out rounded once to ") + DTypeName(p.out.dtype);
+  }
+  return path;
+}
+
+}  // namespace
+
 AutoChoice ExplainChoice(const Problem& problem, const Options& options) {
+  AutoChoice c = ExplainKernelChoice(problem, options);
+  c.path = PathText(c.kernel, problem);
+  return c;
+}
+
+namespace {
+AutoChoice ExplainKernelChoice(const Problem& problem, const Options& options) {
   internal::InitTargetsOnce();
   const internal::TileInputs in =
       internal::TileInputsFor(problem, internal::ResolveThreads(options.threads));
@@ -252,5 +283,6 @@ AutoChoice ExplainChoice(const Problem& problem, const Options& options) {
   }
   return internal::ChooseAuto(problem, in, options.tiles, /*explain=*/true);
 }
+}  // namespace
 
 }  // namespace attn

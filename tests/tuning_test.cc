@@ -877,6 +877,11 @@ TEST_F(TuningTest, AutoUsesOnlyEntriesOfTheCallsKvType) {
   EXPECT_EQ(c.source, "table");
   EXPECT_EQ(c.kernel, KernelId::kBlocked);
   EXPECT_NE(c.reason.find("kv=bf16"), std::string::npos) << c.reason;
+  EXPECT_NE(c.path.find("k bf16, v bf16 widened to float32 exactly"), std::string::npos) << c.path;
+  EXPECT_EQ(c.path.find("out rounded"), std::string::npos) << c.path;
+  p.out.dtype = DType::kF16;
+  EXPECT_NE(ExplainChoice(p, o).path.find("out rounded once to f16"), std::string::npos);
+  p.out.dtype = DType::kF32;
   p.k.dtype = p.v.dtype = DType::kF16;
   EXPECT_EQ(ExplainChoice(p, o).source, "default");
   ClearTuning();

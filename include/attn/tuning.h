@@ -55,6 +55,10 @@ struct AutoChoice {
   // rule), or "explicit" (Options::kernel was not kAuto).
   std::string source;
   std::string reason;   // one human-readable sentence
+  // The instruction-set path and the arithmetic of the element types, e.g.
+  // "AVX2 float32 FMA; k, v bf16 widened to float32 exactly". Every kernel
+  // computes in float32 in this version (no AMX or AVX512-BF16 path yet).
+  std::string path;
 };
 // For a problem of batch * heads = 1 with d_v = d; threads 0 means what
 // attention() would use (OpenMP's default).

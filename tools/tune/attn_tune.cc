@@ -96,9 +96,13 @@ int Explain(const Args& args, bool output_given) {
     fmt::print("tuning table: {}\n", status.loaded ? status.path : "none loaded");
   }
   const int threads = args.threads.empty() ? 0 : args.threads.front();
-  const attn::AutoChoice c = attn::ExplainChoice(
-      args.explain[0], args.explain[1], args.explain[2],
-      args.causal ? attn::Causal::kBottomRight : attn::Causal::kNone, threads);
+  attn::Problem shape;
+  shape.q_len = args.explain[0];
+  shape.kv_len = args.explain[1];
+  shape.head_dim = args.explain[2];
+  shape.causal = args.causal ? attn::Causal::kBottomRight : attn::Causal::kNone;
+  shape.k.dtype = shape.v.dtype = attn::ParseDType(args.kv_dtype);
+  const attn::AutoChoice c = attn::ExplainChoice(shape, attn::Options{attn::KernelId::kAuto, threads, {}});
   fmt::print("auto for T_q={} T_k={} d={}{} with {} thread{}:\n", args.explain[0], args.explain[1],
              args.explain[2], args.causal ? " causal" : "", c.threads, c.threads == 1 ? "" : "s");
   fmt::print("  kernel  {}\n", attn::KernelName(c.kernel));
@@ -106,6 +110,7 @@ int Explain(const Args& args, bool output_given) {
              c.tiles.kv_splits);
   fmt::print("  source  {}\n", c.source);
   fmt::print("  why     {}\n", c.reason);
+  fmt::print("  path    {}\n", c.path);
   return 0;
 }
 
