@@ -188,6 +188,18 @@ struct Long {
     p.lse = LseOutput{lse.data(), 0, tq, 1};
     p.causal = Causal::kBottomRight;
   }
+  // K and V as bf16 (a 16-bit KV cache), same values rounded.
+  std::vector<uint16_t> k16, v16;
+  void UseBF16KV() {
+    auto narrow = [](const std::vector<float>& from, std::vector<uint16_t>& to) {
+      to.resize(from.size());
+      for (size_t i = 0; i < from.size(); ++i) to[i] = BFloat16Bits(from[i]);
+    };
+    narrow(k, k16);
+    narrow(v, v16);
+    p.k = DenseBHTD(k16.data(), DType::kBF16, 1, tk, d);
+    p.v = DenseBHTD(v16.data(), DType::kBF16, 1, tk, d);
+  }
   // The reference on a sample of rows (the full float64 reference at
   // 65536^2 would take minutes): rows restricted to `rows` queries at the
   // end, which see the most keys.
@@ -248,7 +260,11 @@ ScratchBound ScratchBoundFor(const Problem& p, const Options& o) {
   const int64_t d = p.head_dim, dv = p.ValueDim();
   const int64_t q_block = (c.tiles.q_block + P - 1) / P * P;
   const int64_t kv_block = c.tiles.kv_block;
-  const int64_t panel_worker = q_block * (d + dv) + kv_block * P + 3 * q_block;
+  // With a bf16 / f16 K or V the panel worker also keeps the widened tile
+  // (streaming-inl.h ReserveWidened: kv_block x (d + dv) floats).
+  const bool widened = p.k.dtype != DType::kF32 || p.v.dtype != DType::kF32;
+  const int64_t panel_worker =
+      q_block * (d + dv) + kv_block * P + 3 * q_block + (widened ? kv_block * (d + dv) : 0);
   const int64_t narrow_worker = (P / 2) * (d + kv_block + dv + 3 * P);
   // Only threaded kernels run several workers and split keys. A worker
   // keeps both its panel and its narrow scratch (a ragged last block of at
@@ -309,6 +325,24 @@ TEST(Memory, StreamingAt65536KeysAllocatesOnlyTiles) {
   const int64_t extra = PeakExtraBytes([&] { attention(l.p, o); }, bound.cap);
   std::printf("streaming, 512 x 65536, d 64: peak extra heap %lld bytes (%s), %.2f s\n",
               (long long)extra, bound.how.c_str(), Seconds(start));
+  EXPECT_LE(extra, bound.cap) << bound.how;
+  EXPECT_EQ(g_failed.load(), 0) << "allocations refused under the cap of " << bound.cap
+                                 << " bytes (" << bound.how << ")";
+  l.CheckLastRows(8);
+}
+
+TEST(Memory, StreamingWithABF16CacheAt65536KeysAllocatesOnlyTiles) {
+  // As above with K and V in bf16: the widened key tile is O(kv_block·d).
+  ClearTuning();
+  WarmUp(1);
+  Long l(512, kT);
+  l.UseBF16KV();
+  Options o;
+  o.kernel = KernelId::kStreaming;
+  const ScratchBound bound = ScratchBoundFor(l.p, o);
+  const int64_t extra = PeakExtraBytes([&] { attention(l.p, o); }, bound.cap);
+  std::printf("streaming, bf16 K/V, 512 x 65536, d 64: peak extra heap %lld bytes (%s)\n",
+              (long long)extra, bound.how.c_str());
   EXPECT_LE(extra, bound.cap) << bound.how;
   EXPECT_EQ(g_failed.load(), 0) << "allocations refused under the cap of " << bound.cap
                                  << " bytes (" << bound.how << ")";
