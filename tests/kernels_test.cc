@@ -50,23 +50,7 @@ class KernelsTest : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(KernelsTest, MatchesReferenceOnEveryTarget) {
   OwnedProblem owned = MakeProblem(GetParam());
-  const reference::Result ref = reference::Attention(owned.problem);
-  Options naive;
-  naive.kernel = KernelId::kNaive;
-  const Errors naive_err = RunAndCompare(owned, ref, naive);
-  const Bound bound = BoundFromNaive(naive_err, owned.problem, ref);
-  const std::vector<std::string> targets = SupportedTargets();
-  ASSERT_FALSE(targets.empty());
-  for (const std::string& target : targets) {
-    ForceTarget(target);
-    for (const Variant& variant : Variants()) {
-      SCOPED_TRACE(target + " " + variant.name);
-      const Errors e = RunAndCompare(owned, ref, variant.options);
-      EXPECT_LE(e.out, bound.out) << "naive error " << naive_err.out;
-      EXPECT_LE(e.lse, bound.lse) << "naive lse error " << naive_err.lse;
-    }
-  }
-  ForceTarget("auto");
+  ExpectVariantsWithinNaiveBound(owned, Variants());
 }
 
 // One decode step (T_q = 1, bottom-right causal) of q_heads over kv_heads.

@@ -1,5 +1,7 @@
 #include "tests/test_util.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <array>
 #include <cfloat>
@@ -215,6 +217,29 @@ Errors RunAndCompare(OwnedProblem& owned, const reference::Result& ref, const Op
   owned.ClearOutputs();
   attention(owned.problem, options);
   return MaxErrors(owned.problem, ref);
+}
+
+void ExpectVariantsWithinNaiveBound(OwnedProblem& owned, const std::vector<Variant>& variants,
+                                    const std::function<void(const std::string&)>& after) {
+  const reference::Result ref = reference::Attention(owned.problem);
+  Options naive;
+  naive.kernel = KernelId::kNaive;
+  const Errors naive_err = RunAndCompare(owned, ref, naive);
+  const Bound bound = BoundFromNaive(naive_err, owned.problem, ref);
+  const std::vector<std::string> targets = SupportedTargets();
+  ASSERT_FALSE(targets.empty());
+  for (const std::string& target : targets) {
+    ForceTarget(target);
+    for (const Variant& variant : variants) {
+      const std::string where = target + " " + variant.name;
+      SCOPED_TRACE(where);
+      const Errors e = RunAndCompare(owned, ref, variant.options);
+      EXPECT_LE(e.out, bound.out) << "naive error " << naive_err.out;
+      EXPECT_LE(e.lse, bound.lse) << "naive lse error " << naive_err.lse;
+      if (after) after(where);
+    }
+  }
+  ForceTarget("auto");
 }
 
 Variant MakeVariant(const std::string& name, KernelId kernel, int threads, Tiles tiles) {

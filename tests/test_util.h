@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -92,6 +93,13 @@ Variant MakeVariant(const std::string& name, KernelId kernel, int threads, Tiles
 //   and without 4 splits (more threads than work items);
 // - auto on 1 and 2 threads.
 std::vector<Variant> KernelVariants(int extra_threads = 0);
+
+// The kernel tests' core: the naive kernel's error on `owned` gives the
+// bound (BoundFromNaive); then every variant on every target this CPU
+// supports must meet it. `after(where)` runs after each variant (extra
+// checks on owned's buffers); `where` is "<target> <variant>".
+void ExpectVariantsWithinNaiveBound(OwnedProblem& owned, const std::vector<Variant>& variants,
+                                    const std::function<void(const std::string&)>& after = {});
 
 // Runs `kernel` with `options` on `owned` (outputs cleared first) and
 // returns its errors against `ref`.
