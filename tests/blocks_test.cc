@@ -19,6 +19,7 @@
 #include "kernels/streaming/streaming-inl.h"
 #include "kernels/common/softmax-inl.h"
 #include "kernels/common/microkernels-inl.h"
+#include "kernels/common/widen-inl.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -378,6 +379,39 @@ const char* ThisTarget() { return hwy::TargetName(HWY_TARGET); }
 // comment promises nothing (the softmax's NaN flag overrides that lane), so
 // the NaN lanes' values are not checked, but the other lanes of the same
 // vector must be exactly what they are without the NaN.
+// LoadWide (widen-inl.h) on every bf16 and f16 bit pattern equals the
+// scalar widening (convert.h, itself checked against the types' definition
+// in tests/dtype_test.cc): inf stays inf, NaN stays NaN, subnormals exact.
+HWY_NOINLINE void TestLoadWide() {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  std::vector<uint16_t> bits(65536 + N);
+  for (size_t i = 0; i < bits.size(); ++i) bits[i] = uint16_t(i);
+  HWY_ALIGN float got[hn::MaxLanes(DF())];
+  int bad = 0;
+  for (size_t i = 0; i < 65536; i += N) {
+    for (int type = 0; type < 2; ++type) {
+      if (type == 0) {
+        hn::Store(LoadWide(df, reinterpret_cast<const hwy::float16_t*>(bits.data() + i)), df, got);
+      } else {
+        hn::Store(LoadWide(df, reinterpret_cast<const hwy::bfloat16_t*>(bits.data() + i)), df, got);
+      }
+      for (size_t lane = 0; lane < N; ++lane) {
+        const uint16_t h = bits[i + lane];
+        const float want = type == 0 ? internal::FloatFromF16(h) : internal::FloatFromBF16(h);
+        const bool same = std::isnan(want) ? std::isnan(got[lane])
+                                           : (got[lane] == want &&
+                                              std::signbit(got[lane]) == std::signbit(want));
+        if (!same && ++bad <= 5) {
+          ADD_FAILURE() << ThisTarget() << (type == 0 ? " f16 " : " bf16 ") << "bits 0x" << std::hex
+                        << h << std::dec << ": LoadWide " << got[lane] << ", want " << want;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << ThisTarget();
+}
+
 HWY_NOINLINE void TestExpNonPositive() {
   const DF df;
   const size_t N = hn::Lanes(df);
@@ -548,6 +582,7 @@ HWY_AFTER_NAMESPACE();
 namespace attn {
 HWY_BEFORE_TEST(Blocks);
 HWY_EXPORT_AND_TEST_P(Blocks, TestExpNonPositive);
+HWY_EXPORT_AND_TEST_P(Blocks, TestLoadWide);
 HWY_EXPORT_AND_TEST_P(Blocks, TestForEachRowBlock);
 HWY_EXPORT_AND_TEST_P(Blocks, TestFinishPanel);
 HWY_EXPORT_AND_TEST_P(Blocks, TestSumFourPerBlock);

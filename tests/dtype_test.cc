@@ -19,6 +19,7 @@
 
 #include "attn/attn.h"
 #include "reference/reference.h"
+#include "tests/oracle.h"
 #include "tests/test_util.h"
 
 namespace attn::test {
@@ -265,6 +266,37 @@ TEST(DTypeBound, FailsWhenF16IsRoundedToBF16OrTypesAreSwapped) {
   swapped.problem.k.dtype = kBF16;
   const Errors e2 = RunAndCompare(swapped, ref, streaming);
   EXPECT_GT(e2.out, bound.out) << "f16 K read as bf16 went unnoticed";
+}
+
+// NaN and ±inf stored in 16-bit tensors (and f16 subnormals) keep their
+// meaning on every path: the hostile-input oracle (tests/oracle.h) on every
+// target and kernel. Highway 1.0.3's f16 widening without F16C turned inf
+// into 65536 (the fuzzer found it); this test fails on that.
+TEST(DTypeHostile, NonFiniteAndSubnormal16BitValuesOnEveryTarget) {
+  for (DType type : {kF16, kBF16}) {
+    for (const Shape& base : {BaseShapes()[0], BaseShapes()[5]}) {  // panels; decode
+      OwnedProblem owned = MakeProblem(WithTypes(base, {type, type, type, type}));
+      const uint16_t inf = type == kF16 ? 0x7c00 : 0x7f80, nan = type == kF16 ? 0x7e00 : 0x7fc0;
+      const uint16_t subnormal = type == kF16 ? 0x0003 : 0x0005;
+      owned.v16[owned.v16.size() / 3] = inf;
+      owned.v16[owned.v16.size() / 2] = uint16_t(inf | 0x8000);
+      owned.v16[owned.v16.size() * 3 / 4] = nan;
+      owned.k16[owned.k16.size() / 5] = inf;
+      owned.q16[owned.q16.size() / 7] = subnormal;
+      owned.k16[owned.k16.size() / 2 + 1] = subnormal;
+      const reference::Result ref = reference::Attention(owned.problem);
+      for (const std::string& target : SupportedTargets()) {
+        ForceTarget(target);
+        for (const Variant& variant : KernelVariants()) {
+          owned.ClearOutputs();
+          attention(owned.problem, variant.options);
+          EXPECT_EQ(oracle::Check(owned.problem, ref), "")
+              << DTypeName(type) << " " << base.Name() << " " << target << " " << variant.name;
+        }
+      }
+      ForceTarget("auto");
+    }
+  }
 }
 
 // ---- Validation -------------------------------------------------------------

@@ -46,11 +46,42 @@ HWY_INLINE void WithStorageType(DType type, const F& f) {
   f(float());
 }
 
+// f16 -> float32 from the bit patterns. Highway 1.0.3's PromoteTo from f16
+// without F16C (SSE4, SSSE3, EMU128) treats exponent 31 as a normal
+// exponent: inf became 65536 and NaN a finite number (the fuzzer found a
+// -inf in V read as -65536). Here exponent 31 maps to 255 (inf stays inf,
+// NaN stays NaN), subnormals are mantissa · 2^-24, everything else is the
+// rebiased exponent with the mantissa shifted into place.
+template <class D>
+HWY_INLINE hn::Vec<D> WidenF16Bits(D d, hn::Vec<hn::RebindToUnsigned<D>> h) {
+  const hn::RebindToUnsigned<D> du;
+  const hn::RebindToSigned<D> di;
+  const auto exponent = hn::And(h, hn::Set(du, 0x7c00u));
+  const auto magnitude = hn::ShiftLeft<13>(hn::And(h, hn::Set(du, 0x7fffu)));
+  const auto normal = hn::Add(magnitude, hn::Set(du, uint32_t(127 - 15) << 23));
+  const auto special = hn::Add(magnitude, hn::Set(du, uint32_t(255 - 31) << 23));
+  const auto mantissa = hn::BitCast(di, hn::And(h, hn::Set(du, 0x3ffu)));
+  const auto subnormal =
+      hn::BitCast(du, hn::Mul(hn::ConvertTo(d, mantissa), hn::Set(d, 1.0f / 16777216.0f)));
+  const auto bits =
+      hn::IfThenElse(hn::Eq(exponent, hn::Zero(du)), subnormal,
+                     hn::IfThenElse(hn::Eq(exponent, hn::Set(du, 0x7c00u)), special, normal));
+  return hn::BitCast(d, hn::Or(bits, hn::ShiftLeft<16>(hn::And(h, hn::Set(du, 0x8000u)))));
+}
+
+// Whether this target's PromoteTo from f16 is F16C's exact vcvtph2ps (AVX2,
+// AVX-512; also any non-x86 target) rather than Highway's emulation above.
+constexpr bool kF16PromoteIsExact = !(HWY_ARCH_X86 && HWY_TARGET >= HWY_SSE4);
+
 // Lanes(d) elements at p (any alignment), widened to float32.
 template <class D, typename T>
 HWY_INLINE hn::Vec<D> LoadWide(D d, const T* HWY_RESTRICT p) {
   if constexpr (hwy::IsSame<T, float>()) {
     return hn::LoadU(d, p);
+  } else if constexpr (hwy::IsSame<T, hwy::float16_t>() && !kF16PromoteIsExact) {
+    const hn::Rebind<uint16_t, D> du16;
+    const hn::RebindToUnsigned<D> du;
+    return WidenF16Bits(d, hn::PromoteTo(du, hn::LoadU(du16, reinterpret_cast<const uint16_t*>(p))));
   } else {
     return hn::PromoteTo(d, hn::LoadU(hn::Rebind<T, D>(), p));
   }

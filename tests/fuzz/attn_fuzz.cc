@@ -72,15 +72,21 @@ std::string Describe(const Problem& p) {
 }
 
 // Every element of a tensor, "name[b,h,t] v v v ...", for ATTN_FUZZ_DUMP.
-void Dump(const char* name, const float* data, int64_t B, int64_t H, int64_t T, int64_t C,
-          int64_t bs, int64_t hs, int64_t rs, int64_t cs = 1) {
+void Dump(const char* name, const void* data, DType type, int64_t B, int64_t H, int64_t T,
+          int64_t C, int64_t bs, int64_t hs, int64_t rs, int64_t cs = 1) {
   if (!data) return;
+  auto at = [&](int64_t i) {
+    const uint16_t* half = static_cast<const uint16_t*>(data);
+    return type == DType::kBF16  ? FromBFloat16Bits(half[i])
+           : type == DType::kF16 ? FromFloat16Bits(half[i])
+                                 : static_cast<const float*>(data)[i];
+  };
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t t = 0; t < T; ++t) {
         std::fprintf(stderr, "  %s[%lld,%lld,%lld]", name, (long long)b, (long long)h, (long long)t);
         for (int64_t c = 0; c < C; ++c)
-          std::fprintf(stderr, " %.9g", double(data[b * bs + h * hs + t * rs + c * cs]));
+          std::fprintf(stderr, " %.9g", double(at(b * bs + h * hs + t * rs + c * cs)));
         std::fprintf(stderr, "\n");
       }
 }
@@ -91,12 +97,12 @@ void Dump(const char* name, const float* data, int64_t B, int64_t H, int64_t T, 
                o.tiles.kv_block, o.tiles.kv_splits, CurrentTarget().c_str());
   if (std::getenv("ATTN_FUZZ_DUMP")) {  // the whole problem, to reproduce it
     const int64_t dv = p.ValueDim();
-    Dump("q", p.q.data, p.batch, p.q_heads, p.q_len, p.head_dim, p.q.batch_stride, p.q.head_stride, p.q.row_stride);
-    Dump("k", p.k.data, p.batch, p.kv_heads, p.kv_len, p.head_dim, p.k.batch_stride, p.k.head_stride, p.k.row_stride);
-    Dump("v", p.v.data, p.batch, p.kv_heads, p.kv_len, dv, p.v.batch_stride, p.v.head_stride, p.v.row_stride);
-    Dump("mask", p.mask.data, p.batch, p.q_heads, p.q_len, p.kv_len, p.mask.batch_stride,
+    Dump("q", p.q.data, p.q.dtype, p.batch, p.q_heads, p.q_len, p.head_dim, p.q.batch_stride, p.q.head_stride, p.q.row_stride);
+    Dump("k", p.k.data, p.k.dtype, p.batch, p.kv_heads, p.kv_len, p.head_dim, p.k.batch_stride, p.k.head_stride, p.k.row_stride);
+    Dump("v", p.v.data, p.v.dtype, p.batch, p.kv_heads, p.kv_len, dv, p.v.batch_stride, p.v.head_stride, p.v.row_stride);
+    Dump("mask", p.mask.data, DType::kF32, p.batch, p.q_heads, p.q_len, p.kv_len, p.mask.batch_stride,
          p.mask.head_stride, p.mask.row_stride, p.mask.col_stride);
-    Dump("out", p.out.data, p.batch, p.q_heads, p.q_len, dv, p.out.batch_stride, p.out.head_stride, p.out.row_stride);
+    Dump("out", p.out.data, p.out.dtype, p.batch, p.q_heads, p.q_len, dv, p.out.batch_stride, p.out.head_stride, p.out.row_stride);
   }
   std::abort();
 }
@@ -353,7 +359,10 @@ void Mutate(FuzzedDataProvider& in, Decoded& x, Options* options) {
     case 27: {
       // An output inside (or exactly after) an input: both in one arena.
       const int src = which - 24;  // q, k, v, mask
-      const float* from = src == 0 ? p.q.data : src == 1 ? p.k.data : src == 2 ? p.v.data : p.mask.data;
+      const float* from = src == 0   ? static_cast<const float*>(p.q.data)
+                          : src == 1 ? static_cast<const float*>(p.k.data)
+                          : src == 2 ? static_cast<const float*>(p.v.data)
+                                     : p.mask.data;
       const Buffer& buf = src == 0 ? x.q : src == 1 ? x.k : src == 2 ? x.v : x.mask;
       if (!from) break;
       const bool lse = p.lse.data && in.ConsumeBool();
@@ -383,6 +392,63 @@ void Mutate(FuzzedDataProvider& in, Decoded& x, Options* options) {
 
 bool SameBytes(const float* a, const float* b, size_t n) {
   return n == 0 || std::memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+// Element types (issue 15): the problem once more with Q, K, V and O each
+// f32, bf16 or f16 as the input picks (`combo` in [1, 80], base 3), every
+// 16-bit tensor holding the fuzzed values rounded to its type in the same
+// layout (padding stays NaN), against the reference on those values, with
+// every kernel run; nothing outside the output tensor is written.
+void CheckElementTypes(Decoded& x, int combo, const std::vector<Options>& runs) {
+  static constexpr DType kTypes[3] = {DType::kF32, DType::kBF16, DType::kF16};
+  const DType q_type = kTypes[combo % 3], k_type = kTypes[combo / 3 % 3],
+              v_type = kTypes[combo / 9 % 3], out_type = kTypes[combo / 27 % 3];
+  auto bits = [](DType t, float f) {
+    return t == DType::kBF16 ? BFloat16Bits(f) : Float16Bits(f);
+  };
+  // A 16-bit copy of a buffer (same element offsets), or none for f32.
+  auto narrow = [&](const Buffer& b, DType t) {
+    std::vector<uint16_t> copy;
+    if (t == DType::kF32) return copy;
+    copy.resize(b.data.size());
+    for (size_t i = 0; i < b.data.size(); ++i) copy[i] = bits(t, b.data[i]);
+    return copy;
+  };
+  std::vector<uint16_t> q16 = narrow(x.q, q_type), k16 = narrow(x.k, k_type),
+                        v16 = narrow(x.v, v_type);
+  const uint16_t sentinel = out_type == DType::kF32 ? 0 : bits(out_type, kOutSentinel);
+  std::vector<uint16_t> out16(out_type == DType::kF32 ? 0 : x.out.data.size(), sentinel);
+  Problem p = x.p;
+  auto point = [](auto& tensor, DType t, std::vector<uint16_t>& copy, int64_t offset) {
+    if (t == DType::kF32) return;
+    tensor.data = copy.data() + offset;
+    tensor.dtype = t;
+  };
+  point(p.q, q_type, q16, x.q.offset);
+  point(p.k, k_type, k16, x.k.offset);
+  point(p.v, v_type, v16, x.v.offset);
+  point(p.out, out_type, out16, x.out.offset);
+  const std::vector<uint16_t> q0 = q16, k0 = k16, v0 = v16;
+  const reference::Result ref = reference::Attention(p);
+  const std::string types = std::string(" (q ") + DTypeName(q_type) + ", k " + DTypeName(k_type) +
+                            ", v " + DTypeName(v_type) + ", out " + DTypeName(out_type) + ")";
+  for (const Options& o : runs) {
+    std::fill(x.out.data.begin(), x.out.data.end(), kOutSentinel);
+    std::fill(out16.begin(), out16.end(), sentinel);
+    try {
+      attention(p, o);
+    } catch (const std::exception& e) {
+      Fail(std::string("valid problem threw: ") + e.what() + types, p, o);
+    }
+    const std::string why = attn::oracle::Check(p, ref);
+    if (!why.empty()) Fail("wrong result: " + why + types, p, o);
+    if (q16 != q0 || k16 != k0 || v16 != v0) Fail("a 16-bit input changed" + types, p, o);
+    for (size_t i = 0; i < out16.size(); ++i) {
+      if (!x.out.used[i] && out16[i] != sentinel) {
+        Fail("16-bit out written outside its tensor at element " + std::to_string(i) + types, p, o);
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -461,7 +527,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   const reference::Result ref = reference::Attention(p);
   // The output tensors as the problem sees them (they may live in the arena).
-  float* out_base = p.out.data;
+  float* out_base = static_cast<float*>(p.out.data);
   const size_t out_len = x.out.data.size() - size_t(x.out.offset);
   for (const Options& o : runs) {
     // Reset the outputs to the sentinel, wherever they live.
@@ -495,6 +561,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
     }
   }
+  const int combo = in.ConsumeIntegralInRange<int>(0, 80);  // 0: float32 only
+  if (combo != 0 && x.mutation.empty()) CheckElementTypes(x, combo, runs);
   ForceTarget("auto");
   return 0;
 }
