@@ -75,10 +75,11 @@ def shapes(which):
 
 
 def label(s):
+    t = "" if s.get("dtype", "f32") == "f32" else f" {s['dtype']}"
     if s["kind"] == "decode":
-        return f"decode H={s['H']} Tk={s['Tk']} d={s['d']}"
+        return f"decode H={s['H']} Tk={s['Tk']} d={s['d']}{t}"
     h = "" if s["kind"] == "single" else f"H={s['H']} "
-    return f"{h}T={s['Tq']} d={s['d']} causal={s['causal']}"
+    return f"{h}T={s['Tq']} d={s['d']} causal={s['causal']}{t}"
 
 
 def bench_name(kernel, s, threads):
@@ -88,7 +89,10 @@ def bench_name(kernel, s, threads):
         mid = f"mh/H:{s['H']}/T:{s['Tq']}/d:{s['d']}/causal:{s['causal']}"
     else:
         mid = f"decode/Hq:{s['H']}/Hkv:{s['H']}/Tk:{s['Tk']}/d:{s['d']}"
-    return f"{kernel}/{mid}/threads:{threads}"
+    # attn-bench's 16-bit rows: "/dtype:<t>" (Q, K, V and O in <t>) before
+    # "/threads:"; float32 rows carry no type.
+    t = "" if s.get("dtype", "f32") == "f32" else f"/dtype:{s['dtype']}"
+    return f"{kernel}/{mid}{t}/threads:{threads}"
 
 
 def flops(s):
@@ -97,7 +101,7 @@ def flops(s):
 
 
 def kv_bytes(s):
-    return 4.0 * s["H"] * s["Tk"] * 2 * s["d"]
+    return (2.0 if s.get("dtype", "f32") != "f32" else 4.0) * s["H"] * s["Tk"] * 2 * s["d"]
 
 
 UNIT = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
@@ -256,6 +260,10 @@ def main():
     ap.add_argument("--peers", default=",".join(PEERS))
     ap.add_argument("--threads", default=None, help="e.g. 1,2 (default: 1 and all cores)")
     ap.add_argument("--set", choices=("full", "quick"), default="full")
+    ap.add_argument("--dtype", default="f32",
+                    help="element types to compare, e.g. f32,bf16,f16 (Q, K, V and O in the "
+                         "type; attn-bench's dtype:<t> rows; peers that this harness runs in "
+                         "float32 only are listed with that reason)")
     ap.add_argument("--match", action="append", default=[],
                     help="only shapes whose label (e.g. 'T=8192 d=128 causal=0', 'decode') "
                          "contains this; repeatable (any may match)")
@@ -275,7 +283,10 @@ def main():
 
     ncores = len(os.sched_getaffinity(0))
     threads = [int(x) for x in a.threads.split(",")] if a.threads else sorted({1, ncores})
-    shape_list = shapes(a.set)
+    dtypes = a.dtype.split(",")
+    if any(t not in ("f32", "bf16", "f16") for t in dtypes):
+        sys.exit(f"compare: --dtype takes f32, bf16, f16, got {a.dtype!r}")
+    shape_list = [dict(s, dtype=t) for t in dtypes for s in shapes(a.set)]
     if a.match:
         shape_list = [s for s in shape_list if any(m in label(s) for m in a.match)]
         if not shape_list:

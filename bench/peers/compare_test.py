@@ -34,6 +34,30 @@ class MergeAttn(unittest.TestCase):
         self.assertEqual(compare.merge_attn(crashed, crashed), crashed)
 
 
+class ElementTypes(unittest.TestCase):
+    def test_rows_and_bytes_follow_the_dtype(self):
+        s = {"kind": "single", "H": 1, "Tq": 2048, "Tk": 2048, "d": 128, "causal": 0}
+        self.assertEqual(compare.bench_name("streaming", s, 1),
+                         "streaming/T:2048/d:128/causal:0/threads:1")  # f32 names unchanged
+        self.assertEqual(compare.bench_name("streaming", dict(s, dtype="bf16"), 1),
+                         "streaming/T:2048/d:128/causal:0/dtype:bf16/threads:1")
+        dec = {"kind": "decode", "H": 16, "Tq": 1, "Tk": 4096, "d": 128, "causal": 0}
+        self.assertEqual(compare.kv_bytes(dict(dec, dtype="f16")) * 2, compare.kv_bytes(dec))
+        self.assertIn("bf16", compare.label(dict(dec, dtype="bf16")))
+
+    def test_peers_round_to_nearest_even(self):
+        try:
+            import numpy as np
+            import peers
+        except ImportError:
+            self.skipTest("numpy is not installed (the peers' venv has it)")
+        x = np.array([1.00390625, 1.01171875, 1.0 + 2.0 ** -9, -3.0], dtype=np.float32)
+        # bf16 keeps 8 significant bits: ties go to the even neighbour.
+        self.assertEqual(list(peers.round_to(x, "bf16")), [1.0, 1.015625, 1.0, -3.0])
+        self.assertEqual(peers.parse_shape("decode:16:1:4096:128:0:f16")["dtype"], "f16")
+        self.assertEqual(peers.parse_shape("single:1:8:8:64:1")["dtype"], "f32")
+
+
 class MergePeer(unittest.TestCase):
     def test_keeps_the_faster_run(self):
         slow, fast = {"ok": True, "gflops": 3.0}, {"ok": True, "gflops": 4.0}

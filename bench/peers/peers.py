@@ -41,14 +41,43 @@ import time
 import traceback
 
 PEERS = ("torch", "onnxruntime", "openvino", "jax")
+# Peers this harness runs in bf16 / f16 too (Q, K, V and O in the type).
+SIXTEEN_BIT_PEERS = ("torch",)
+PEER_NAMES = {"torch": "PyTorch", "onnxruntime": "ONNX Runtime", "openvino": "OpenVINO",
+              "jax": "JAX"}
 
 
 def parse_shape(spec):
-    kind, h, tq, tk, d, causal = spec.split(":")
+    """kind:H:Tq:Tk:d:causal[:dtype] (dtype f32, bf16 or f16: Q, K, V and O)."""
+    kind, h, tq, tk, d, causal, *dtype = spec.split(":")
     if kind not in ("single", "mh", "decode"):
         raise ValueError(f"bad shape kind {kind!r} in {spec!r}")
+    dtype = dtype[0] if dtype else "f32"
+    if dtype not in DTYPES:
+        raise ValueError(f"bad dtype {dtype!r} in {spec!r}")
     return {"kind": kind, "H": int(h), "Tq": int(tq), "Tk": int(tk), "d": int(d),
-            "causal": int(causal)}
+            "causal": int(causal), "dtype": dtype}
+
+
+DTYPES = ("f32", "bf16", "f16")
+# A peer's max |error| against the float64 reference of the same (rounded)
+# inputs may be at most this: 1e-3 for float32 (as before); for a 16-bit
+# output, whose values |out| <= max|V| = 1 are rounded once, twice the unit
+# roundoff plus that (bf16 2^-8, f16 2^-11), leaving room for the 16-bit
+# intermediates a peer may keep.
+CHECK_BOUND = {"f32": 1e-3, "bf16": 1e-3 + 2 * 2.0 ** -8, "f16": 1e-3 + 2 * 2.0 ** -11}
+
+
+def round_to(x, dtype):
+    """float32 x rounded to dtype (nearest even) and back to float32."""
+    import numpy as np
+    if dtype == "f16":
+        return x.astype(np.float16).astype(np.float32)
+    if dtype == "bf16":
+        u = x.astype(np.float32).view(np.uint32)
+        u = ((u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) & np.uint32(0xFFFF0000))
+        return u.view(np.float32)
+    return x
 
 
 def flops(s):
@@ -57,7 +86,7 @@ def flops(s):
 
 
 def kv_bytes(s):
-    return 4.0 * s["H"] * s["Tk"] * 2 * s["d"]
+    return (2.0 if s.get("dtype", "f32") != "f32" else 4.0) * s["H"] * s["Tk"] * 2 * s["d"]
 
 
 def inputs(s, seed=0):
@@ -99,13 +128,16 @@ def torch_peer(threads):
             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "threads": torch.get_num_threads()}
 
+    types = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+
     def prepare(s, q, k, v):
-        tq, tk, tv = (torch.from_numpy(x) for x in (q, k, v))
+        dtype = types[s.get("dtype", "f32")]
+        tq, tk, tv = (torch.from_numpy(x).to(dtype) for x in (q, k, v))
         causal = bool(s["causal"])
 
         def call():
             return F.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
-        return call, lambda out: out.numpy()
+        return call, lambda out: out.float().numpy()
     return prepare, info
 
 
@@ -284,11 +316,11 @@ class Runner:
     def check(self, s):
         """Max |peer - float64 reference| on a small shape of the same kind."""
         import numpy as np
-        key = (s["kind"], s["causal"], s["d"])
+        key = (s["kind"], s["causal"], s["d"], s.get("dtype", "f32"))
         if key not in self.checked:
             small = dict(s, H=min(s["H"], 2), Tq=1 if s["kind"] == "decode" else 67,
                          Tk=301 if s["kind"] == "decode" else 67)
-            q, k, v = inputs(small, seed=7)
+            q, k, v = (round_to(x, s.get("dtype", "f32")) for x in inputs(small, seed=7))
             call, to_bhtd = self.prepare(small, q, k, v)
             err = float(np.max(np.abs(to_bhtd(call()) - reference(q, k, v, s["causal"]))))
             self.checked[key] = err
@@ -298,10 +330,14 @@ class Runner:
         out = {"peer": self.peer, "threads": self.threads, "shape": s}
         if self.error:
             return dict(out, ok=False, error=self.error)
+        dtype = s.get("dtype", "f32")
+        if dtype != "f32" and self.peer not in SIXTEEN_BIT_PEERS:
+            return dict(out, ok=False, error=f"not run in {dtype}: this harness runs "
+                                             f"{PEER_NAMES.get(self.peer, self.peer)} in float32 only")
         try:
             err = self.check(s)
             out["check_max_abs_err"] = err
-            if not err < 1e-3:
+            if not err < CHECK_BOUND[dtype]:
                 return dict(out, ok=False, error=f"wrong result: max abs error {err:.3g} "
                                                   "against the float64 reference")
             q, k, v = inputs(s)
