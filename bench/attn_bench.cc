@@ -40,10 +40,24 @@ struct Case {
   int64_t q_heads = 1, kv_heads = 1;
   bool causal = false;
   int threads = 1;
+  // Element types: Q and O (qo), K and V (kv). All float32 by default; the
+  // f32 rows' names carry no type (tools/perf_regress.py and
+  // bench/baselines/*.json key on them). Otherwise the name gets, before
+  // "/threads:", "/dtype:<t>" when all four are <t>, or "/kv:<t>" when only
+  // K and V are (a 16-bit KV cache, Q and O float32).
+  attn::DType qo = attn::DType::kF32;
+  attn::DType kv = attn::DType::kF32;
+
+  bool Is16Bit() const { return qo != attn::DType::kF32 || kv != attn::DType::kF32; }
+  std::string TypeField() const {
+    if (qo == kv) return qo == attn::DType::kF32 ? "" : std::string("/dtype:") + attn::DTypeName(qo);
+    if (qo == attn::DType::kF32) return std::string("/kv:") + attn::DTypeName(kv);
+    return std::string("/qo:") + attn::DTypeName(qo) + "/kv:" + attn::DTypeName(kv);
+  }
 
   std::string Name() const {
     const std::string tail = "/d:" + std::to_string(d);
-    const std::string threads_s = "/threads:" + std::to_string(threads);
+    const std::string threads_s = TypeField() + "/threads:" + std::to_string(threads);
     const std::string heads =
         "/Hq:" + std::to_string(q_heads) + "/Hkv:" + std::to_string(kv_heads);
     switch (kind) {
@@ -68,9 +82,11 @@ struct Case {
     return causal ? 0.5 * f : f;
   }
   // Bytes of K and V a decode step must read at least once: kv_heads·T_k·(d + d_v)
-  // floats (0 for other kinds: no GBps counter).
+  // elements of K/V's type, 4 or 2 bytes (0 for other kinds: no GBps counter).
   double KvBytes() const {
-    return kind == Kind::kDecode ? 4.0 * double(kv_heads) * double(T) * double(2 * d) : 0.0;
+    return kind == Kind::kDecode
+               ? double(attn::DTypeSize(kv)) * double(kv_heads) * double(T) * double(2 * d)
+               : 0.0;
   }
 };
 
@@ -115,6 +131,13 @@ void EnsureProbes(const Case& c) {
 // affected. Only for showing that tools/perf_regress.py catches a slowdown
 // (bench/README.md); never set it when measuring.
 int g_slowdown = 1;
+
+// ATTN_BENCH_KV_BLOCK=N (an integer >= 1; unset or 0: the default tiles):
+// Options::tiles.kv_block of every attn row, for experiments with the key
+// tile (the narrow decode path caps it at 16 KiB of float32 V, 32 keys at
+// d_v = 128). Row names do not change: it is printed on stderr and kept in
+// the JSON context (attn_bench_kv_block); never set it for baselines.
+int g_kv_block = 0;
 
 std::vector<float> RandomUniform(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -164,6 +187,9 @@ void SetCounters(benchmark::State& state, const Case& c, const LoopClock& clock)
   if (c.KvBytes() > 0.0) {
     const double gbps = c.KvBytes() * double(state.iterations()) / seconds * 1e-9;
     state.counters["GBps"] = benchmark::Counter(gbps);
+    // Decode steps per second (batch 1: one token per step), the figure a
+    // 16-bit KV cache should raise over the f32 row of the same shape.
+    state.counters["tok_per_s"] = benchmark::Counter(double(state.iterations()) / seconds);
     const auto bw = g_read_gbps.find(c.threads);
     if (bw != g_read_gbps.end() && bw->second > 0.0) {
       state.counters["bw_frac"] = benchmark::Counter(gbps / bw->second);
@@ -173,15 +199,45 @@ void SetCounters(benchmark::State& state, const Case& c, const LoopClock& clock)
   if (peak != g_peak_gflops.end() && peak->second > 0.0) {
     state.counters["peak_frac"] = benchmark::Counter(gflops / peak->second);
   }
+  // Every kernel widens bf16/f16 to float32 and computes with float32 FMAs
+  // (on AVX2 there is no bf16/f16 dot-product instruction at all), so the
+  // 16-bit rows' peak_frac is against the same float32 FMA peak.
+  if (c.Is16Bit()) state.SetLabel("peak_frac vs f32 FMA peak");
 }
+
+// One input or output of a row in its element type: float32 values uniform
+// in [-1, 1] from `seed` (0: zeros), for bf16 / f16 the same values rounded
+// to nearest even (attn::BFloat16Bits / Float16Bits), so every type's row
+// computes on the same data.
+class Buffer {
+ public:
+  Buffer(attn::DType type, size_t n, uint32_t seed) : type_(type) {
+    std::vector<float> x = seed == 0 ? std::vector<float>(n, 0.0f) : RandomUniform(n, seed);
+    if (type == attn::DType::kF32) {
+      f32_ = std::move(x);
+      return;
+    }
+    bits_.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      bits_[i] = type == attn::DType::kBF16 ? attn::BFloat16Bits(x[i]) : attn::Float16Bits(x[i]);
+    }
+  }
+  void* data() {
+    return type_ == attn::DType::kF32 ? static_cast<void*>(f32_.data()) : bits_.data();
+  }
+  float* f32() { return f32_.data(); }  // float32 buffers only (the blas rows)
+
+ private:
+  attn::DType type_;
+  std::vector<float> f32_;
+  std::vector<uint16_t> bits_;
+};
 
 void RunCase(benchmark::State& state, const Case& c) {
   EnsureProbes(c);
   const int64_t tq = c.QLen(), tk = c.T;
-  const std::vector<float> q = RandomUniform(size_t(c.q_heads * tq * c.d), 1),
-                           k = RandomUniform(size_t(c.kv_heads * tk * c.d), 2),
-                           v = RandomUniform(size_t(c.kv_heads * tk * c.d), 3);
-  std::vector<float> out(size_t(c.q_heads * tq * c.d), 0.0f);
+  Buffer q(c.qo, size_t(c.q_heads * tq * c.d), 1), k(c.kv, size_t(c.kv_heads * tk * c.d), 2),
+      v(c.kv, size_t(c.kv_heads * tk * c.d), 3), out(c.qo, size_t(c.q_heads * tq * c.d), 0);
 
 #ifdef ATTN_BENCH_HAVE_BLAS
   if (c.kernel == "blas") {
@@ -192,8 +248,8 @@ void RunCase(benchmark::State& state, const Case& c) {
     const LoopClock clock;
     for (auto _ : state) {
       for (int64_t h = 0; h < c.q_heads; ++h) {
-        attn_bench::BlasAttention(q.data() + h * q_stride, k.data() + h * kv_stride,
-                                  v.data() + h * kv_stride, s.data(), out.data() + h * q_stride,
+        attn_bench::BlasAttention(q.f32() + h * q_stride, k.f32() + h * kv_stride,
+                                  v.f32() + h * kv_stride, s.data(), out.f32() + h * q_stride,
                                   tq, tk, c.d, c.causal, c.threads);
       }
       benchmark::DoNotOptimize(out.data());
@@ -211,10 +267,10 @@ void RunCase(benchmark::State& state, const Case& c) {
   p.q_len = tq;
   p.kv_len = tk;
   p.head_dim = c.d;
-  p.q = attn::DenseBHTD(static_cast<const float*>(q.data()), c.q_heads, tq, c.d);
-  p.k = attn::DenseBHTD(static_cast<const float*>(k.data()), c.kv_heads, tk, c.d);
-  p.v = attn::DenseBHTD(static_cast<const float*>(v.data()), c.kv_heads, tk, c.d);
-  p.out = attn::DenseBHTD(out.data(), c.q_heads, tq, c.d);
+  p.q = attn::DenseBHTD(q.data(), c.qo, c.q_heads, tq, c.d);
+  p.k = attn::DenseBHTD(k.data(), c.kv, c.kv_heads, tk, c.d);
+  p.v = attn::DenseBHTD(v.data(), c.kv, c.kv_heads, tk, c.d);
+  p.out = attn::DenseBHTD(out.data(), c.qo, c.q_heads, tq, c.d);
   if (c.kind == Case::Kind::kSingle || c.kind == Case::Kind::kMultiHead) {
     p.causal = c.causal ? attn::Causal::kTopLeft : attn::Causal::kNone;
   } else {
@@ -226,6 +282,7 @@ void RunCase(benchmark::State& state, const Case& c) {
   attn::Options options;
   options.kernel = c.id;
   options.threads = c.threads;
+  options.tiles.kv_block = g_kv_block;
 
   const int repeat = c.scalar ? 1 : g_slowdown;
   const LoopClock clock;
@@ -378,6 +435,114 @@ std::vector<Case> DefaultCases() {
     add_multi_head(kern, kern.scalar ? 512 : 1 << 30);
     add_decode_mh(kern);
   }
+
+  // 16-bit element types (bf16, f16), after every f32 row so that those keep
+  // their names and order: prefill with Q, K, V and O all 16-bit, and
+  // decode with a 16-bit KV cache (Q and O f32, "kv:<t>") or all 16-bit
+  // ("dtype:<t>"). Kernels streaming and parallel (prefill), plus auto
+  // (decode, and the prefill shapes of bench/peers/compare.py), at the
+  // thread counts of their f32 rows; single-head prefill also with only K
+  // and V 16-bit on streaming.
+  auto find_kernel = [&](const char* name) -> const Kernel* {
+    for (const Kernel& kern : kernels) {
+      if (std::strcmp(kern.name, name) == 0) return &kern;
+    }
+    return nullptr;
+  };
+  std::vector<const Kernel*> prefill16, decode16;
+  for (const char* name : {"streaming", "parallel"}) {
+    if (const Kernel* kern = find_kernel(name)) prefill16.push_back(kern);
+  }
+  decode16 = prefill16;
+  if (const Kernel* kern = find_kernel("auto")) decode16.push_back(kern);
+  const attn::DType kTypes16[] = {attn::DType::kBF16, attn::DType::kF16};
+  auto add16 = [&](Case c, const Kernel& kern, attn::DType qo, attn::DType kv) {
+    for (int threads : kern.threads) {
+      c.kernel = kern.name;
+      c.id = kern.id;
+      c.scalar = kern.scalar;
+      c.threads = threads;
+      c.qo = qo;
+      c.kv = kv;
+      cases.push_back(c);
+    }
+  };
+  for (int64_t T : {int64_t{512}, int64_t{2048}}) {
+    for (int64_t d : kD) {
+      for (bool causal : {false, true}) {
+        for (attn::DType type : kTypes16) {
+          for (const Kernel* kern : prefill16) {
+            Case c;
+            c.T = T;
+            c.d = d;
+            c.causal = causal;
+            add16(c, *kern, type, type);
+            // Only K and V 16-bit (Q and O float32), one thread: tells the
+            // cost of widening K/V tiles from that of converting Q and O.
+            if (std::strcmp(kern->name, "streaming") == 0) {
+              add16(c, *kern, attn::DType::kF32, type);
+            }
+          }
+        }
+      }
+    }
+  }
+  // auto, all 16-bit, on every prefill shape bench/peers/compare.py runs
+  // (--dtype bf16,f16): one head T in {128, ..., 8192} and H = 16 heads T in
+  // {128, 512, 2048}, d in {64, 128}, causal 0/1 (its decode shapes are
+  // among the decode rows below).
+  if (const Kernel* kern = find_kernel("auto")) {
+    for (Case::Kind kind : {Case::Kind::kSingle, Case::Kind::kMultiHead}) {
+      for (int64_t T : kT) {
+        if (kind == Case::Kind::kMultiHead && T > 2048) continue;
+        for (int64_t d : kD) {
+          for (bool causal : {false, true}) {
+            for (attn::DType type : kTypes16) {
+              Case c;
+              c.kind = kind;
+              c.T = T;
+              c.d = d;
+              c.causal = causal;
+              if (kind == Case::Kind::kMultiHead) c.q_heads = c.kv_heads = kHeads;
+              add16(c, *kern, type, type);
+            }
+          }
+        }
+      }
+    }
+  }
+  for (int64_t T : {int64_t{512}, int64_t{2048}}) {
+    for (attn::DType type : kTypes16) {
+      for (const Kernel* kern : prefill16) {
+        Case c;
+        c.kind = Case::Kind::kGqa;
+        c.T = T;
+        c.d = 128;
+        c.q_heads = 32;
+        c.kv_heads = 8;
+        c.causal = true;
+        add16(c, *kern, type, type);
+      }
+    }
+  }
+  for (int64_t q_heads : {int64_t{32}, kHeads}) {
+    for (int64_t T : {int64_t{4096}, int64_t{32768}}) {
+      for (attn::DType type : kTypes16) {
+        for (attn::DType qo : {attn::DType::kF32, type}) {
+          for (const Kernel* kern : decode16) {
+            Case c;
+            c.kind = Case::Kind::kDecode;
+            c.T = T;
+            c.d = 128;
+            c.q_heads = q_heads;
+            c.kv_heads = q_heads == kHeads ? kHeads : 8;
+            add16(c, *kern, qo, type);
+          }
+        }
+      }
+    }
+  }
+
 #ifdef ATTN_BENCH_HAVE_BLAS
   // Last, so OpenBLAS's worker threads never idle-spin during attn cases.
   const Kernel blas = {"blas", attn::KernelId::kAuto, multi, false};
@@ -422,6 +587,23 @@ int main(int argc, char** argv) {
     }
   }
 
+  if (const char* kv_block = std::getenv("ATTN_BENCH_KV_BLOCK")) {
+    const size_t len = std::strlen(kv_block);
+    int n = 0;  // decimal digits only, as ATTN_BENCH_THREADS
+    const auto [end, ec] = std::from_chars(kv_block, kv_block + len, n, 10);
+    if (len > 0 && (ec != std::errc() || end != kv_block + len || n < 0)) {
+      std::fprintf(stderr, "attn-bench: ATTN_BENCH_KV_BLOCK must be an integer >= 0, got '%s'\n",
+                   kv_block);
+      return 1;
+    }
+    g_kv_block = n;
+    if (n > 0) {
+      std::fprintf(stderr, "attn-bench: ATTN_BENCH_KV_BLOCK=%d: tiles.kv_block of every attn row\n",
+                   n);
+      benchmark::AddCustomContext("attn_bench_kv_block", std::to_string(n));
+    }
+  }
+
   const std::vector<Case> cases = DefaultCases();
   for (const Case& c : cases) {
     benchmark::RegisterBenchmark(c.Name().c_str(),
@@ -447,6 +629,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "attn-bench: SIMD target %s (%zu float lanes)\n", target.c_str(), lanes);
     benchmark::AddCustomContext("attn_target", target);
     benchmark::AddCustomContext("peak_probe_lanes", std::to_string(lanes));
+    // The bf16/f16 rows' peak_frac uses the same float32 FMA peak: the
+    // kernels widen 16-bit inputs and compute in float32 on every target.
+    benchmark::AddCustomContext("peak_16bit", "f32 FMA peak (16-bit inputs widened to f32)");
   }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
