@@ -188,8 +188,13 @@ HWY_INLINE void PrefetchRows(const void* HWY_RESTRICT rows, DType type, int64_t 
 // left decode with K in DRAM at ~8 GB/s; 16 keys ahead gave ~9.6. Farther
 // (64, 128, 256 keys), or V rows requested a tile ahead instead of during
 // the same tile's scores, measured 5-15% slower (MHA decode, T_k = 32768;
-// all on AMD EPYC Zen 3, AVX2).
+// all on AMD EPYC Zen 3, AVX2). Measured for float32 K: the distance is in
+// bytes ahead (16 keys of float32 rows), so a 16-bit K is requested 32 keys
+// ahead (KeyPrefetchDistance).
 constexpr int64_t kKeyPrefetchDistance = 16;
+HWY_INLINE int64_t KeyPrefetchDistance(DType k_type) {
+  return kKeyPrefetchDistance * 4 / internal::ElementBytes(k_type);
+}
 
 // Scores of a tile: blocks of KB keys, then the rest one at a time, with the
 // same keys' V rows prefetched for the mix.
@@ -201,11 +206,12 @@ HWY_INLINE void NarrowScoreTile(const NarrowScratch& scratch, int64_t row0, int6
   constexpr int KB = NarrowKeysPerBlock<R>();
   const int64_t v_row_bytes = v_stride * internal::ElementBytes(v_type);
   const char* HWY_RESTRICT v_bytes = static_cast<const char*>(v);
+  const int64_t ahead = KeyPrefetchDistance(k_type);
   int64_t j = 0;
   for (; j + KB <= keys; j += KB) {
     if (prefetch) PrefetchRows(v_bytes + j * v_row_bytes, v_type, v_stride, KB, dv);
-    if (prefetch && j + kKeyPrefetchDistance + KB <= keys_left) {
-      PrefetchRows(k + (j + kKeyPrefetchDistance) * k_stride, k_type, k_stride, KB, d);
+    if (prefetch && j + ahead + KB <= keys_left) {
+      PrefetchRows(k + (j + ahead) * k_stride, k_type, k_stride, KB, d);
     }
     NarrowScoreBlock<R, KB>(scratch, row0, d, k + j * k_stride, k_stride, j);
   }
@@ -364,10 +370,12 @@ HWY_INLINE void NarrowHead(const internal::HeadView& h, const Tiles& tiles,
                            NarrowScratch& scratch) {
   const int64_t rows = h.tq;
   // The mix walks the tile's V rows once per column chunk: the tile must
-  // stay in L1 (16 KiB of V), or with power-of-two row strides the passes
-  // evict each other even from L2 (kv_block 128 at d = 128 ran at a quarter
-  // of the speed for 4 rows).
-  const int64_t l1_keys = std::max<int64_t>(8, (16 * 1024 / 4) / std::max<int64_t>(1, h.dv));
+  // stay in L1 (16 KiB of V, in V's own element type: a 16-bit V fits twice
+  // the keys), or with power-of-two row strides the passes evict each other
+  // even from L2 (kv_block 128 at d = 128 ran at a quarter of the speed for
+  // 4 rows, float32 V).
+  const int64_t l1_keys = std::max<int64_t>(
+      8, (16 * 1024) / (internal::ElementBytes(h.v_type) * std::max<int64_t>(1, h.dv)));
   const int64_t kv_block = std::max<int64_t>(1, std::min<int64_t>(tiles.kv_block, l1_keys));
   scratch.Reserve(rows, h.d, kv_block, h.dv);
   NarrowRowStats* HWY_RESTRICT stats = scratch.stats();
