@@ -299,6 +299,45 @@ TEST(DTypeHostile, NonFiniteAndSubnormal16BitValuesOnEveryTarget) {
   }
 }
 
+// A 16-bit output is exactly the float32 result rounded once to nearest
+// even: the same kernel, target and inputs with a float32 output, rounded
+// by attn::BFloat16Bits / Float16Bits (checked exhaustively above), gives
+// the same bits, element for element (NaN for NaN).
+TEST(DTypeOutput, SixteenBitOutputIsTheFloat32ResultRoundedOnce) {
+  for (DType type : {kBF16, kF16}) {
+    for (const Shape& base : {BaseShapes()[0], BaseShapes()[3], BaseShapes()[5]}) {
+      Shape s = WithTypes(base, {kBF16, kBF16, kBF16, kF32});
+      s.magnitude = type == kF16 ? 3.0f : 1.0f;
+      OwnedProblem f32_out = MakeProblem(s);
+      s.out_type = type;
+      OwnedProblem narrow_out = MakeProblem(s);
+      for (const std::string& target : SupportedTargets()) {
+        ForceTarget(target);
+        for (const Variant& variant : KernelVariants()) {
+          f32_out.ClearOutputs();
+          narrow_out.ClearOutputs();
+          attention(f32_out.problem, variant.options);
+          attention(narrow_out.problem, variant.options);
+          int bad = 0;
+          for (size_t i = 0; i < f32_out.out.size(); ++i) {
+            const float x = f32_out.out[i];
+            const uint16_t want = type == kBF16 ? BFloat16Bits(x) : Float16Bits(x);
+            const uint16_t got = narrow_out.out16[i];
+            const bool both_nan = std::isnan(x) && std::isnan(type == kBF16 ? FromBFloat16Bits(got)
+                                                                          : FromFloat16Bits(got));
+            if (got != want && !both_nan && ++bad <= 3) {
+              ADD_FAILURE() << DTypeName(type) << " " << target << " " << variant.name << " "
+                            << base.Name() << " element " << i << ": float32 " << x << ", got 0x"
+                            << std::hex << got << ", want 0x" << want;
+            }
+          }
+        }
+      }
+      ForceTarget("auto");
+    }
+  }
+}
+
 // ---- Validation -------------------------------------------------------------
 
 TEST(DTypeErrors, InvalidTypeNamesTheFieldAndWritesNothing) {

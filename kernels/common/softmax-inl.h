@@ -24,11 +24,13 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "attn/attn.h"  // DType
 #include "kernels/common/convert.h"  // StoreElement
 #include "hwy/highway.h"
 #include "kernels/common/microkernels-inl.h"  // DF, VF, PanelWidth, kPanelVectors
+#include "kernels/common/widen-inl.h"          // StoreNarrowed
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
@@ -289,23 +291,22 @@ HWY_INLINE void FinishPanel(const float* HWY_RESTRICT ot, const PanelStats& s, i
 }
 
 // FinishPanel into rows of element type out_type: float32 as above; bf16
-// and f16 rows get each float32 result rounded once to nearest even
-// (convert.h), element by element: O(P·dv) per panel and query block,
-// against O(P·dv·T_k) FMAs.
+// and f16 rows are finished into a float32 staging copy (the same
+// transpose), then each float32 result is rounded once to nearest even
+// (widen-inl.h StoreNarrowed). Element by element, this was 13-15% of a
+// T = 512 bf16 prefill on Zen 3 (attn-bench, bench/RESULTS.md).
 HWY_INLINE void FinishPanel(const float* HWY_RESTRICT ot, const PanelStats& s, int64_t rows,
                             int64_t dv, void* HWY_RESTRICT out, DType out_type,
                             int64_t out_stride, float* HWY_RESTRICT lse, int64_t lse_stride) {
   if (out_type == DType::kF32) {
     return FinishPanel(ot, s, rows, dv, static_cast<float*>(out), out_stride, lse, lse_stride);
   }
-  const size_t P = PanelWidth();
+  thread_local std::vector<float> staging;  // rows x dv, per thread
+  if (staging.size() < size_t(rows * dv)) staging.resize(size_t(rows * dv));
+  FinishPanel(ot, s, rows, dv, staging.data(), dv, lse, lse_stride);
   for (int64_t i = 0; i < rows; ++i) {
-    const RowFinish f = FinishRow(s.max[i], s.sum[i], s.nan[i] != 0.0f);
-    if (lse) lse[i * lse_stride] = f.lse;
-    void* row = internal::ElementOffset(out, out_type, i * out_stride);
-    for (int64_t c = 0; c < dv; ++c) {
-      internal::StoreElement(row, out_type, c, f.empty ? 0.0f : ot[c * P + i] * f.inv);
-    }
+    StoreNarrowed(staging.data() + i * dv, dv,
+                  internal::ElementOffset(out, out_type, i * out_stride), out_type);
   }
 }
 

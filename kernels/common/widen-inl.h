@@ -134,6 +134,44 @@ HWY_INLINE FloatRows WidenRows(const void* src, DType type, int64_t src_stride, 
   return {scratch, cols};
 }
 
+// dst[c] = src[c] rounded to `type` (bf16 / f16, to nearest even; as
+// convert.h, element for element), c < n. bf16 by integer rounding of the
+// float bits; f16 by F16C's vcvtps2ph on AVX2/AVX-512 (round to nearest
+// even, overflow to inf, subnormals, quiet NaN); other targets and the
+// ragged end element by element.
+HWY_INLINE void StoreNarrowed(const float* HWY_RESTRICT src, int64_t n, void* HWY_RESTRICT dst,
+                              DType type) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<uint16_t, decltype(df)> du16;
+  const int64_t N = int64_t(hn::Lanes(df));
+  uint16_t* HWY_RESTRICT out = static_cast<uint16_t*>(dst);
+  int64_t c = 0;
+  if (type == DType::kBF16) {
+    for (; c + N <= n; c += N) {
+      const auto x = hn::LoadU(df, src + c);
+      const auto u = hn::BitCast(du, x);
+      const auto high = hn::ShiftRight<16>(u);
+      const auto rounded =
+          hn::ShiftRight<16>(hn::Add(u, hn::Add(hn::Set(du, 0x7fffu), hn::And(high, hn::Set(du, 1u)))));
+      const auto bits = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(x)),
+                                       hn::Or(high, hn::Set(du, 0x40u)), rounded);
+      hn::StoreU(hn::DemoteTo(du16, hn::BitCast(di, bits)), du16, out + c);
+    }
+  }
+#if HWY_ARCH_X86 && (HWY_TARGET == HWY_AVX2 || HWY_TARGET <= HWY_AVX3)
+  if (type == DType::kF16) {
+    const hn::Rebind<hwy::float16_t, decltype(df)> df16;
+    for (; c + N <= n; c += N) {
+      hn::StoreU(hn::DemoteTo(df16, hn::LoadU(df, src + c)), df16,
+                 reinterpret_cast<hwy::float16_t*>(out + c));
+    }
+  }
+#endif
+  for (; c < n; ++c) internal::StoreElement(dst, type, c, src[c]);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace attn
 HWY_AFTER_NAMESPACE();
