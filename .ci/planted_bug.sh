@@ -39,29 +39,19 @@ for arg in "$@"; do
     *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype] [--keep]" >&2; exit 2 ;;
   esac
 done
-if [ "$case" = tail ]; then
-  patch=.ci/planted/tail-off-by-one.patch
-  test=hostile_test
-  filter='*'
-  configure=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG"
-             -DATTN_SANITIZE=address,undefined)
-  compilers=(CC=clang-14 CXX=clang++-14)
-  how="ASan+UBSan build"
-elif [ "$case" = dtype ]; then
-  patch=.ci/planted/widen-tail-dropped.patch
-  test=dtype_test
-  filter='Combos/DTypeKernels.*'
-  configure=(-DCMAKE_BUILD_TYPE=Release)
-  compilers=()
-  how="Release build"
-else
-  patch=.ci/planted/per-key-scratch.patch
-  test=memory_test
-  filter='Memory.*65536*'
-  configure=(-DCMAKE_BUILD_TYPE=Release)
-  compilers=()
-  how="Release build"
-fi
+configure=(-DCMAKE_BUILD_TYPE=Release)  # the README's build, unless the case says otherwise
+compilers=()
+how="Release build"
+case "$case" in
+  tail)
+    patch=.ci/planted/tail-off-by-one.patch test=hostile_test filter='*'
+    configure=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG"
+               -DATTN_SANITIZE=address,undefined)
+    compilers=(CC=clang-14 CXX=clang++-14)
+    how="ASan+UBSan build" ;;
+  dtype) patch=.ci/planted/widen-tail-dropped.patch test=dtype_test filter='Combos/DTypeKernels.*' ;;
+  memory) patch=.ci/planted/per-key-scratch.patch test=memory_test filter='Memory.*65536*' ;;
+esac
 start=$SECONDS
 say() { echo "planted_bug: $* (at $((SECONDS - start)) s)"; }
 

@@ -572,36 +572,33 @@ int main(int argc, char** argv) {
                          !HasFlag(argc, argv, "--benchmark_list_tests=0");
   int args_count = int(args.size());
   args.push_back(nullptr);
-  if (const char* slow = std::getenv("ATTN_BENCH_SLOWDOWN")) {
-    const int n = std::atoi(slow);
-    if (n < 1) {
-      std::fprintf(stderr, "attn-bench: ATTN_BENCH_SLOWDOWN must be an integer >= 1, got '%s'\n",
-                   slow);
-      return 1;
+  // An integer environment setting >= min (decimal digits only, as
+  // ATTN_BENCH_THREADS): *value stays as it is when unset or empty; false
+  // (after a message) for anything else.
+  auto int_env = [](const char* name, int min, int* value) {
+    const char* text = std::getenv(name);
+    if (text == nullptr || *text == '\0') return true;
+    const size_t len = std::strlen(text);
+    int n = 0;
+    const auto [end, ec] = std::from_chars(text, text + len, n, 10);
+    if (ec != std::errc() || end != text + len || n < min) {
+      std::fprintf(stderr, "attn-bench: %s must be an integer >= %d, got '%s'\n", name, min, text);
+      return false;
     }
-    g_slowdown = n;
-    if (n > 1) {
-      std::fprintf(stderr, "attn-bench: ATTN_BENCH_SLOWDOWN=%d: attn rows run %dx per iteration\n",
-                   n, n);
-      benchmark::AddCustomContext("attn_bench_slowdown", std::to_string(n));
-    }
+    *value = n;
+    return true;
+  };
+  if (!int_env("ATTN_BENCH_SLOWDOWN", 1, &g_slowdown)) return 1;
+  if (g_slowdown > 1) {
+    std::fprintf(stderr, "attn-bench: ATTN_BENCH_SLOWDOWN=%d: attn rows run %dx per iteration\n",
+                 g_slowdown, g_slowdown);
+    benchmark::AddCustomContext("attn_bench_slowdown", std::to_string(g_slowdown));
   }
-
-  if (const char* kv_block = std::getenv("ATTN_BENCH_KV_BLOCK")) {
-    const size_t len = std::strlen(kv_block);
-    int n = 0;  // decimal digits only, as ATTN_BENCH_THREADS
-    const auto [end, ec] = std::from_chars(kv_block, kv_block + len, n, 10);
-    if (len > 0 && (ec != std::errc() || end != kv_block + len || n < 0)) {
-      std::fprintf(stderr, "attn-bench: ATTN_BENCH_KV_BLOCK must be an integer >= 0, got '%s'\n",
-                   kv_block);
-      return 1;
-    }
-    g_kv_block = n;
-    if (n > 0) {
-      std::fprintf(stderr, "attn-bench: ATTN_BENCH_KV_BLOCK=%d: tiles.kv_block of every attn row\n",
-                   n);
-      benchmark::AddCustomContext("attn_bench_kv_block", std::to_string(n));
-    }
+  if (!int_env("ATTN_BENCH_KV_BLOCK", 0, &g_kv_block)) return 1;
+  if (g_kv_block > 0) {
+    std::fprintf(stderr, "attn-bench: ATTN_BENCH_KV_BLOCK=%d: tiles.kv_block of every attn row\n",
+                 g_kv_block);
+    benchmark::AddCustomContext("attn_bench_kv_block", std::to_string(g_kv_block));
   }
 
   const std::vector<Case> cases = DefaultCases();
