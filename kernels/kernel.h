@@ -44,11 +44,6 @@ struct HeadView {
   const void* KRow(int64_t j) const { return ElementOffset(k, k_type, j * k_stride); }
   const void* VRow(int64_t j) const { return ElementOffset(v, v_type, j * v_stride); }
   void* OutRow(int64_t i) const { return ElementOffset(out, out_type, i * out_stride); }
-  // Whether every tensor is float32 (the kernels' original, copy-free path).
-  bool AllF32() const {
-    return q_type == DType::kF32 && k_type == DType::kF32 && v_type == DType::kF32 &&
-           out_type == DType::kF32;
-  }
 
   bool Visible(int64_t i, int64_t j) const { return j <= i + causal_offset; }
   // Row i sees keys [0, KeyEnd(i)) (its causal limit, within [0, tk]); the
