@@ -122,6 +122,8 @@ void EnsureProbes(const Case& c) {
     // one thread, wall clock at more (the threads share the memory bus).
     g_read_gbps[n] = n == 1 ? bw.gflops : bw.wall_gflops;
     ReportProbe("memory read bandwidth", "GB/s", n, bw);
+    std::fprintf(stderr, "attn-bench: memory read bandwidth, %d thread%s: best with %d stream%s per thread\n",
+                 n, n == 1 ? "" : "s", bw.streams, bw.streams == 1 ? "" : "s");
   }
 }
 

@@ -18,6 +18,9 @@ struct Peak {
   // Total FLOPs / wall time of the concurrent run: what the threads really
   // got together (below `gflops` when cores are busy with other work).
   double wall_gflops = 0.0;
+  // MeasureReadBandwidth only: the concurrent streams per thread of the
+  // best `gflops` (1, 2, 4 or 8).
+  int streams = 0;
 };
 
 // FP32 throughput in GFLOP/s (an FMA counts 2 FLOPs) of `threads` threads
@@ -28,9 +31,12 @@ Peak MeasurePeak(int threads, double seconds = 0.2, int repeats = 4);
 // Memory read bandwidth in GB/s (10^9 bytes/s) of `threads` threads each
 // summing its own slice of one `bytes` buffer (default 256 MiB, beyond any
 // last-level cache here), with the kernels' SIMD target: the yardstick for
-// decode, which must read K and V once. Same fields and statistic as the
-// peak: Σ per-thread bytes / own CPU time (gflops holds GB/s), concurrent
-// wall clock beside it; best of `repeats`.
+// decode, which must read K and V once. Each thread reads its slice as 1, 2,
+// 4 and 8 concurrent streams (the best reader, not the simplest: a core
+// reads faster with several prefetch streams in flight); the best count
+// wins. Same fields and statistic as the peak: Σ per-thread bytes / own CPU
+// time (gflops holds GB/s), concurrent wall clock beside it; best of
+// `repeats` rounds of every stream count.
 Peak MeasureReadBandwidth(int threads, size_t bytes = size_t(256) << 20, int repeats = 3);
 
 }  // namespace attn_bench
