@@ -43,7 +43,14 @@ Dropout is passed on to attn.torch as dropout_p (models pass 0 in eval mode).
 """
 import transformers
 from transformers import AttentionInterface
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+try:
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+except ImportError as e:  # transformers before its per-implementation mask functions
+    raise ImportError(
+        "attn.transformers needs a transformers with masking_utils.AttentionMaskInterface "
+        f"(tested with 5.24), got transformers {transformers.__version__}: pip install -U transformers"
+    ) from e
 
 NAME = "attn"
 
