@@ -94,6 +94,21 @@ View4 AsView(const char* name, const Array& a, size_t min_ndim) {
   return v;
 }
 
+// An array with a zero extent gets the library's own message for that field
+// ("attn: q_len must be >= 1, got 0"), checked before anything reads its
+// strides (an empty array's strides are whatever its producer chose: DLPack
+// exporters report 0 or 1 for them). `fields` names shape[-4..-1] of `name`.
+void RequireNonEmpty(const char* name, const View4& v, const std::array<const char*, 4>& fields) {
+  for (size_t i = 4 - v.ndim; i < 4; ++i) {
+    if (v.shape[i] >= 1) continue;
+    const std::string got = std::to_string(v.shape[i]);
+    throw attn::Error(fields[i], got,
+                      std::string("attn: ") + fields[i] + " must be >= 1, got " + got + " (" +
+                          name + ".shape[" + std::to_string(static_cast<int>(i) - 4) + "]; " +
+                          name + " has shape " + Shape(v) + ")");
+  }
+}
+
 // The library reads rows as contiguous vectors; a strided last dimension
 // would need a copy, which is the caller's decision to make.
 void RequireContiguousRows(const char* name, const View4& v) {
@@ -110,7 +125,8 @@ int64_t BroadcastStride(const char* name, const View4& v, int dim, int64_t want,
   if (v.shape[dim] == want) return v.stride[dim];
   if (v.shape[dim] == 1) return 0;
   Raise(std::string("attn: ") + name + " " + what + " must be " + std::to_string(want) +
-        " or 1, got " + std::to_string(v.shape[dim]) + " (shape " + Shape(v) + ")");
+        (want == 1 ? "" : " or 1") + ", got " + std::to_string(v.shape[dim]) + " (shape " +
+        Shape(v) + ")");
 }
 
 void RequireEqual(const char* field, int64_t got, int64_t want, const char* want_what) {
@@ -261,6 +277,9 @@ nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb:
   const std::optional<attn::DType> out_dtype = ParseOutDtype(out_dtype_obj);
   const View4 q = AsView("q", q_in.array, 2), k = AsView("k", k_in.array, 2),
               v = AsView("v", v_in.array, 2);
+  RequireNonEmpty("q", q, {"batch", "q_heads", "q_len", "head_dim"});
+  RequireNonEmpty("k", k, {"batch", "kv_heads", "kv_len", "head_dim"});
+  RequireNonEmpty("v", v, {"batch", "kv_heads", "kv_len", "value_dim"});
   RequireContiguousRows("q", q);
   RequireContiguousRows("k", k);
   RequireContiguousRows("v", v);
@@ -316,7 +335,6 @@ nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb:
             NumpyName(o_dtype) + "), or be left out");
     }
     o = AsView("out", out_arr, 2);
-    RequireContiguousRows("out", o);
     bool same = o.ndim == q.ndim;
     for (size_t i = 0; same && i < out_shape.size(); ++i) {
       same = o.shape[4 - q.ndim + i] == out_shape[i];
@@ -327,6 +345,8 @@ nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb:
       for (size_t i = 0; i < out_shape.size(); ++i) want.shape[4 - q.ndim + i] = out_shape[i];
       Raise("attn: out must have shape " + Shape(want) + ", got " + Shape(o));
     }
+    // After the shape: an empty out of the wrong shape is named by its shape.
+    RequireContiguousRows("out", o);
     out_obj = nb::borrow(out_obj_in);
   } else {
     // By default the output has q's element type.

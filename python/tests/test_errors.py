@@ -1,5 +1,7 @@
 """Bad input raises a Python exception carrying the library's message (which
 names the field and the bad value), and writes nothing."""
+import re
+
 import numpy as np
 import pytest
 
@@ -95,3 +97,64 @@ def test_wrong_dimension_count():
     q, k, v = arrays()
     with pytest.raises(ValueError, match=r"q must have 2 to 4 dimensions, got 5"):
         attn.attention(q[None], k, v)
+
+
+# Empty arrays: a zero extent anywhere (the last dim included) gets the
+# library's size message for that field, not a complaint about the strides
+# an empty array happens to report. arrays() is q (1, 4, 5, 8),
+# k and v (1, 2, 7, 8); out (1, 4, 5, 8).
+EMPTY_FIELDS = {
+    "q": ["batch", "q_heads", "q_len", "head_dim"],
+    "k": ["batch", "kv_heads", "kv_len", "head_dim"],
+    "v": ["batch", "kv_heads", "kv_len", "value_dim"],
+}
+
+
+@pytest.mark.parametrize("arg", ["q", "k", "v"])
+@pytest.mark.parametrize("dim", [0, 1, 2, 3])
+def test_a_zero_extent_names_its_field(arg, dim):
+    args = dict(zip("qkv", arrays()))
+    shape = list(args[arg].shape)
+    shape[dim] = 0
+    args[arg] = np.zeros(shape, dtype=np.float32)
+    field = EMPTY_FIELDS[arg][dim]
+    with pytest.raises(attn.Error, match=(rf"^attn: {field} must be >= 1, got 0 \({arg}\.shape"
+                                          rf"\[{dim - 4}\]; {arg} has shape ")):
+        attn.attention(args["q"], args["k"], args["v"])
+
+
+def test_an_empty_sequence_is_named_q_len():
+    q = np.zeros((4, 0, 16), np.float32)
+    with pytest.raises(attn.Error, match=r"^attn: q_len must be >= 1, got 0 \(q.shape\[-2\]; "
+                                         r"q has shape \(4, 0, 16\)\)$"):
+        attn.attention(q, q, q)
+    k = np.zeros((4, 3, 16), np.float32)
+    with pytest.raises(attn.Error, match=r"^attn: kv_len must be >= 1, got 0 \(k.shape\[-2\]"):
+        attn.attention(k, q, q)
+    for dtype in (np.float16, np.float32):  # all-empty, and a zero head dim
+        with pytest.raises(attn.Error, match=r"^attn: q_heads must be >= 1, got 0"):
+            attn.attention(*(np.zeros((0, 0, 0), dtype),) * 3)
+        with pytest.raises(attn.Error, match=r"^attn: head_dim must be >= 1, got 0"):
+            attn.attention(*(np.zeros((2, 3, 0), dtype),) * 3)
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2, 3])
+def test_an_empty_out_is_named_by_its_shape(dim):
+    q, k, v = arrays()
+    shape = [1, 4, 5, 8]
+    shape[dim] = 0
+    with pytest.raises(ValueError, match=(r"^attn: out must have shape \(1, 4, 5, 8\), got "
+                                          + re.escape(str(tuple(shape))) + "$")):
+        attn.attention(q, k, v, out=np.zeros(shape, np.float32))
+
+
+@pytest.mark.parametrize("shape,match", [
+    ((0, 7), r"mask rows \(shape\[-2\]\) must be 5 or 1, got 0"),
+    ((5, 0), r"mask columns \(shape\[-1\]\) must be 7 or 1, got 0"),
+    ((0, 5, 7), r"mask heads \(shape\[-3\]\) must be 4 or 1, got 0"),
+    ((0, 4, 5, 7), r"mask batch \(shape\[-4\]\) must be 1, got 0"),
+])
+def test_an_empty_mask_is_named_by_its_size(shape, match):
+    q, k, v = arrays()
+    with pytest.raises(ValueError, match=match):
+        attn.attention(q, k, v, mask=np.zeros(shape, np.float32))
