@@ -199,6 +199,19 @@ def test_transposed_and_sliced_inputs_are_read_in_place(gen):
     check(q, k, v, attn_mask=make_mask(gen, (13, 21), "bool"))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_views_at_odd_offsets(gen, dtype):
+    # Views that start one element into their storage (data pointers only
+    # element-aligned) and rows padded to an odd length.
+    buf = randn(gen, 2, 3, 40, 19, dtype=dtype)
+    q = buf[:, :, :7, 1:18]
+    k = buf[:, :, 9:30, :17]
+    v = randn(gen, 2 * 3 * 21 * 11 + 1, dtype=dtype)[1:].view(2, 3, 21, 11)
+    assert q.storage_offset() % 2 == 1 and at._rows_contiguous(q) is q
+    check(q, k, v)
+    check(q, k, v, is_causal=True)
+
+
 def test_layouts_attn_cannot_read_are_copied(gen):
     # A strided last dim, and rows overlapping (an expanded row dim): PyTorch
     # takes them, so attn.torch copies them rather than refusing.
