@@ -10,7 +10,7 @@ attend) or an additive float one broadcast to (..., L, S), ``is_causal``
 top-left aligned, ``scale`` (default 1/sqrt(E)), ``enable_gqa`` (fewer key /
 value heads, which must divide the query heads). The output has the query's
 dtype and shape (..., L, Ev); a fully masked query row gives 0, as PyTorch
-(2.5 and later) does.
+2.15 does (older PyTorch could give NaN).
 
 The kernels read q, k, v in place through their strides (a transpose of a
 [B, T, H, E] tensor is not copied) as long as the last dim is contiguous;
