@@ -99,9 +99,20 @@ const KernelImpl& ImplFor(KernelId id, const Problem& problem) {
   throw Error("kernel", info.name, "attn: " + why + ", got " + info.name);
 }
 
+bool ThreadsPayOff(const Problem& problem, int threads) {
+  if (threads <= 1) return false;
+  // FLOPs as the benchmarks count them (4·T_q·T_k·d per head, d the mean of
+  // d and d_v; halved when causal), in double: no overflow for any shape.
+  double flops = 2.0 * double(problem.batch) * double(problem.q_heads) * double(problem.q_len) *
+                 double(problem.kv_len) * double(problem.head_dim + problem.ValueDim());
+  if (problem.causal != Causal::kNone) flops /= 2.0;
+  return flops >= double(threads) * kMinFlopsPerThread;
+}
+
 KernelId DefaultKernel(const Problem& problem, int threads) {
+  const bool use_threads = ThreadsPayOff(problem, threads);
   for (const KernelImpl& row : Table()) {
-    if (row.info.threaded && threads <= 1) continue;
+    if (row.info.threaded && !use_threads) continue;
     if (row.declines(problem).empty()) return row.info.id;
   }
   return KernelId::kStreaming;  // declines nothing

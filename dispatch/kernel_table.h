@@ -35,9 +35,21 @@ const KernelImpl* FirstAccepting(KernelId id, const Problem& problem, std::strin
 // reason when every row of that id declines.
 const KernelImpl& ImplFor(KernelId id, const Problem& problem);
 
+// Whether `threads` threads have enough work to beat one: at least
+// kMinFlopsPerThread FLOPs each. Waking and joining a thread costs 1-2 µs
+// (an empty 2-thread OpenMP region, hot threads: median 1.1-1.8 µs on the
+// AMD EPYC Zen 3 VM), and a second thread reads the head's K and V again,
+// from L3 instead of its own L2; 2^20 FLOPs is 10-20 µs of one core's work
+// (Zen 3: 50-90 GFLOP/s on such shapes; Intel Xeon: ~130), so the overhead
+// stays within ~10% where threads are used. attn-tune measures the single-
+// threaded kernels at every thread count, so a table corrects this rule on
+// any CPU where it is wrong.
+constexpr double kMinFlopsPerThread = double(1 << 20);
+bool ThreadsPayOff(const Problem& problem, int threads);
+
 // The untuned default, what `auto` runs without a tuning table: the first
 // kernel in table order that supports the problem, skipping threaded ones
-// when threads <= 1.
+// when the threads do not pay off (ThreadsPayOff; always at threads <= 1).
 KernelId DefaultKernel(const Problem& problem, int threads);
 
 // The C API's attn_kernel_t values: kAuto is 0; false for a value that

@@ -56,7 +56,8 @@ Tiles ChooseTiles(const TileInputs& in) {
     max_panels = std::clamp<int64_t>(kBlockBytes / std::max<int64_t>(1, panel_bytes), 4, 16);
   }
   const int64_t panels_needed = (in.q_len + P - 1) / P;
-  t.q_block = int(std::min<int64_t>(max_panels, panels_needed) * P);
+  int64_t panels = std::min<int64_t>(max_panels, panels_needed);
+  t.q_block = int(panels * P);
   // Key tiles: 128 keys keep the score tile (128 x P floats: 8 KiB at P = 16)
   // in Zen 3's L1 and the K/V tiles (128 x d floats each) in its L2 up to
   // d = 128; halve beyond. (At P = 32 on AVX-512 the score tile is 16 KiB.)
@@ -71,7 +72,21 @@ Tiles ChooseTiles(const TileInputs& in) {
     splits = (2 * int64_t(in.threads) + items - 1) / items;
     splits = std::min<int64_t>(splits, std::max<int64_t>(1, in.kv_len / 256));
   }
-  t.kv_splits = int(std::max<int64_t>(1, splits));
+  splits = std::max<int64_t>(1, splits);
+  // Still fewer units than threads (keys too short to split): smaller query
+  // blocks, down to one panel, before any thread idles. A T = 128 head is
+  // one 128-row block on AVX-512 (32-row panels) and 128 keys cannot be
+  // split, which left the second of two threads idle: the Intel Xeon
+  // measurement of issue 16, auto on two threads at 115 GFLOP/s against 129
+  // on one (T = 128, d = 64).
+  // Equal blocks: each head's rows in ceil(threads / (heads x splits)) of them.
+  const int64_t per_head_units = std::max<int64_t>(1, in.heads) * splits;
+  if (in.threads > 1 && q_blocks * per_head_units < int64_t(in.threads)) {
+    const int64_t blocks = (int64_t(in.threads) + per_head_units - 1) / per_head_units;
+    panels = std::max<int64_t>(1, (panels_needed + blocks - 1) / blocks);
+  }
+  t.q_block = int(panels * P);
+  t.kv_splits = int(splits);
   return t;
 }
 

@@ -114,6 +114,29 @@ TEST(ChooseTiles, SplitsKeysOnlyWhenItemsCannotFeedThreads) {
   EXPECT_EQ(ChooseTiles(Inputs(2048, 2048, 128, 2)).kv_splits, 1);
 }
 
+// Keys too short to split (< 2 x 256) and fewer (head, query block) items
+// than threads: the query blocks shrink, in equal parts down to one panel,
+// until every thread has one (issue 16: T = 128 on AVX-512 was one block
+// for two threads).
+TEST(ChooseTiles, ShortKeysCutQueriesBeforeAThreadIdles) {
+  // 32-row panels, T 128, one head: 4 panels -> two blocks of 2 panels.
+  EXPECT_EQ(ChooseTiles(OnPanels(32, Inputs(128, 128, 64, 2))).q_block, 64);
+  EXPECT_EQ(ChooseTiles(OnPanels(32, Inputs(128, 128, 64, 2))).kv_splits, 1);
+  // One thread, or enough heads: the 4-panel block stays.
+  EXPECT_EQ(ChooseTiles(OnPanels(32, Inputs(128, 128, 64, 1))).q_block, 128);
+  EXPECT_EQ(ChooseTiles(OnPanels(32, Inputs(128, 128, 64, 2, 2))).q_block, 128);
+  // 16-row panels: T 128 is already two 64-row blocks for two threads; four
+  // threads get four blocks of 32 rows, sixteen threads one panel each.
+  EXPECT_EQ(ChooseTiles(Inputs(128, 128, 64, 2)).q_block, 64);
+  EXPECT_EQ(ChooseTiles(Inputs(128, 128, 64, 4)).q_block, 32);
+  EXPECT_EQ(ChooseTiles(Inputs(128, 128, 64, 16)).q_block, 16);
+  // 3 threads, 8 panels: ceil(8 / 3) = 3 panels a block (3 blocks).
+  EXPECT_EQ(ChooseTiles(Inputs(128, 128, 64, 3)).q_block, 48);
+  // Keys long enough to split: splits feed the threads, the block stays.
+  EXPECT_EQ(ChooseTiles(OnPanels(32, Inputs(128, 4096, 64, 2))).q_block, 128);
+  EXPECT_GE(ChooseTiles(OnPanels(32, Inputs(128, 4096, 64, 2))).kv_splits, 2);
+}
+
 TEST(ResolveTiles, FillsOnlyZeroFields) {
   Tiles requested;
   requested.kv_block = 7;

@@ -16,6 +16,7 @@
 
 #include "attn/attn.h"
 #include "attn/tuning.h"
+#include "dispatch/kernel_table.h"
 #include "dispatch/tuning.h"
 #include "reference/reference.h"
 #include "tests/test_util.h"
@@ -1003,6 +1004,40 @@ TEST_F(TuningTest, AMissingFileIsIgnoredWithAWarning) {
   EXPECT_NE(status.warning.find(path), std::string::npos);
   EXPECT_NE(status.warning.find("cannot be opened"), std::string::npos) << status.warning;
   EXPECT_EQ(ExplainChoice(64, 64, 32).source, "default");
+}
+
+// The default rule uses threads only where each gets kMinFlopsPerThread
+// (2^20) FLOPs: below, waking a thread costs more than it saves (issue 16:
+// small shapes on two threads must never be slower than on one).
+TEST(DefaultRule, ThreadsOnlyWhereEachGetsEnoughWork) {
+  auto problem = [](int64_t heads, int64_t tq, int64_t tk, int64_t d, Causal causal) {
+    Problem p;
+    p.q_heads = p.kv_heads = heads;
+    p.q_len = tq;
+    p.kv_len = tk;
+    p.head_dim = d;
+    p.causal = causal;
+    return p;
+  };
+  // 4·T_q·T_k·d: 128 x 128 x 16 is 2^20 FLOPs: one thread's worth, not two.
+  EXPECT_FALSE(internal::ThreadsPayOff(problem(1, 128, 128, 16, Causal::kNone), 2));
+  EXPECT_TRUE(internal::ThreadsPayOff(problem(1, 128, 128, 32, Causal::kNone), 2));
+  // Causal halves the work: 128 x 128 x 32 causal is 2^20 again.
+  EXPECT_FALSE(internal::ThreadsPayOff(problem(1, 128, 128, 32, Causal::kTopLeft), 2));
+  // Heads add up; more threads need more work.
+  EXPECT_TRUE(internal::ThreadsPayOff(problem(2, 128, 128, 16, Causal::kNone), 2));
+  EXPECT_FALSE(internal::ThreadsPayOff(problem(2, 128, 128, 16, Causal::kNone), 4));
+  // Never with one thread; no overflow for huge shapes.
+  EXPECT_FALSE(internal::ThreadsPayOff(problem(64, 1 << 20, 1 << 20, 256, Causal::kNone), 1));
+  EXPECT_TRUE(internal::ThreadsPayOff(problem(64, 1 << 20, 1 << 20, 256, Causal::kNone), 2));
+  // What auto runs without a table: streaming for the small problem, parallel
+  // once the work pays for the second thread.
+  EXPECT_EQ(internal::DefaultKernel(problem(1, 128, 128, 16, Causal::kNone), 2),
+            KernelId::kStreaming);
+  EXPECT_EQ(internal::DefaultKernel(problem(1, 128, 128, 64, Causal::kNone), 2),
+            KernelId::kParallel);
+  EXPECT_EQ(internal::DefaultKernel(problem(1, 128, 128, 64, Causal::kNone), 1),
+            KernelId::kStreaming);
 }
 
 // ---- bucketing (pure) ------------------------------------------------------------------

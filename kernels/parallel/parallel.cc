@@ -106,7 +106,13 @@ void ParallelAttention(const Problem& p, const RunConfig& config) {
   const int64_t q_blocks = (views.rows() + q_block - 1) / q_block;
   const int64_t items = views.size() * q_blocks;
   const int splits = std::max(1, config.tiles.kv_splits);
-  const int threads = omp_in_parallel() ? 1 : std::max(1, config.threads);
+  // No more threads than units of work: a thread with none would still
+  // join every barrier. With one unit (or one thread) the region runs on the
+  // calling thread alone (`if` clause), with no wake-up of the others.
+  const int64_t units = items * splits;
+  const int threads = omp_in_parallel()
+                          ? 1
+                          : int(std::clamp<int64_t>(units, 1, std::max(1, config.threads)));
   const int64_t dv = p.ValueDim();
 
   // The item's rows, as a view of its head.
@@ -117,7 +123,7 @@ void ParallelAttention(const Problem& p, const RunConfig& config) {
   std::exception_ptr error;  // the first exception of any thread (KeepFirstException)
 
   if (splits == 1) {
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1)
     for (int64_t item = 0; item < items; ++item) {
       KeepFirstException(&error, [&] { target.run_view(item_view(item), config.tiles); });
     }
@@ -129,7 +135,7 @@ void ParallelAttention(const Problem& p, const RunConfig& config) {
   const int64_t part_out = q_block * dv;
   std::vector<float> partial_out(PartialCount(items * splits, part_out));
   std::vector<float> partial_lse(PartialCount(items * splits, q_block));
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(threads) if (threads > 1)
   {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t unit = 0; unit < items * splits; ++unit) {
