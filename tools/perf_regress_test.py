@@ -23,7 +23,8 @@ TOOL = os.path.join(HERE, "perf_regress.py")
 # A fake attn-bench: prints Google Benchmark JSON for the rows its filter
 # names, FAKE_TARGET as the SIMD target, and GFLOP/s that are fixed per row
 # (a hash of the name) and divided by ATTN_BENCH_SLOWDOWN for every row but
-# blas, as the real bench slows its own kernels only.
+# blas, as the real bench slows its own kernels only; decode rows also carry
+# bw_frac, as the real bench's do.
 FAKE_BENCH = r'''#!/usr/bin/env python3
 import json, os, re, sys, zlib
 regex = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--benchmark_filter="))
@@ -35,8 +36,11 @@ for n in names:
     if not n.startswith("blas/"):
         g /= slow
     for rep in range(3):
-        rows.append({"name": n, "run_name": n, "run_type": "iteration",
-                     "GFLOPS": g * (1 - 0.01 * rep), "peak_frac": g / 100.0})
+        row = {"name": n, "run_name": n, "run_type": "iteration",
+               "GFLOPS": g * (1 - 0.01 * rep), "peak_frac": g / 100.0}
+        if "/decode/" in n:
+            row["bw_frac"] = g / 100.0
+        rows.append(row)
 print(json.dumps({"context": {"attn_target": os.environ["FAKE_TARGET"]}, "benchmarks": rows}))
 '''
 
@@ -118,6 +122,9 @@ class Flow(unittest.TestCase):
                          ("AuthenticAMD-family25-AVX2", "AuthenticAMD", "AVX2"))
         self.assertEqual(set(base["rows"]), {r[0] for r in perf_regress.subset()})
         self.assertTrue(base["provisional"])
+        # A decode row is judged by its fraction of the read bandwidth alone.
+        decode = base["rows"][f"streaming/{perf_regress.DECODE}/threads:1"]
+        self.assertEqual(set(decode) - {"gated", "GFLOPS"}, {"bw_frac"})
         second = self.run_tool("amd", "AVX2")
         self.assertEqual(second.returncode, 0, second.stdout + second.stderr)
         self.assertNotIn("NOTHING COMPARED", second.stdout)
@@ -127,6 +134,7 @@ class Flow(unittest.TestCase):
         slow = self.run_tool("amd", "AVX2", "2")
         self.assertEqual(slow.returncode, 1, slow.stdout + slow.stderr)
         self.assertIn("REGRESSED (3/3 runs)", slow.stdout)
+        self.assertRegex(slow.stdout, r"auto/decode/\S+ .* REGRESSED \(3/3 runs\)")
         # --update-baseline makes it a baseline on purpose: no banner after.
         self.assertEqual(self.run_tool("amd", "AVX2", None, "--update-baseline").returncode, 0)
         with open(path) as f:
