@@ -125,11 +125,24 @@ AutoChoice ChooseAutoFrom(const LoadedTable* loaded, const std::string& current_
   // `why` is only called when explaining, so sentences cost nothing otherwise.
   auto use_default = [&](auto why) {
     c.kernel = DefaultKernel(problem, in.threads);
-    c.tiles = ResolveTiles(requested, in);
+    // A one-thread kernel gets one thread's tiles: the query blocks that
+    // ChooseTiles shrinks so that every thread has a unit would only cost
+    // the single thread per-block overhead.
+    const bool one_thread = in.threads > 1 && !GetKernelInfo(c.kernel).threaded;
+    TileInputs tile_in = in;
+    if (one_thread) tile_in.threads = 1;
+    c.tiles = ResolveTiles(requested, tile_in);
     c.source = "default";
     if (explain) {
       c.reason = why() + "; the default rule picks " + KernelName(c.kernel) + " with " +
                  TilesText(c.tiles) + " (attn::DefaultTiles)";
+      if (one_thread) {
+        c.reason += " on one thread: " + std::to_string(in.threads) +
+                    (ThreadsPayOff(problem, in.threads)
+                         ? " threads were asked for, but no threaded kernel takes this problem"
+                         : " threads would get under 2^20 FLOPs each "
+                           "(attn::internal::ThreadsPayOff)");
+      }
     }
     return c;
   };

@@ -1285,6 +1285,37 @@ TEST(AutoChoice, TableMadeForAnotherTargetIsNotUsedAfterForcingOne) {
   EXPECT_EQ(c.kernel, KernelId::kBlocked);
 }
 
+// Two threads asked for on a problem too small to share: the default rule
+// runs a one-thread kernel, so it gets one thread's tiles (not the smaller
+// query blocks that would give a second thread a unit) and the reason says
+// why the threads were not used.
+TEST(AutoChoice, DefaultOnOneThreadUsesOneThreadsTilesAndSaysWhy) {
+  internal::TileInputs in;
+  in.q_len = 16;
+  in.kv_len = 64;
+  in.head_dim = in.value_dim = 64;  // 4 x 16 x 64 x 64 = 2^18 FLOPs
+  in.panel_width = 8;
+  internal::TileInputs one = in;
+  one.threads = 1;
+  in.threads = 2;
+  ASSERT_FALSE(internal::ThreadsPayOff(ShapeOf(in), 2));
+  // Without the fix ChooseTiles at two threads halves the one query block.
+  ASSERT_LT(internal::ChooseTiles(in).q_block, internal::ChooseTiles(one).q_block);
+  const AutoChoice c = internal::ChooseAutoFrom(nullptr, "", ShapeOf(in), in, {});
+  EXPECT_EQ(c.kernel, KernelId::kStreaming);
+  EXPECT_EQ(c.tiles.q_block, internal::ChooseTiles(one).q_block);
+  EXPECT_EQ(c.tiles.kv_block, internal::ChooseTiles(one).kv_block);
+  EXPECT_NE(c.reason.find("on one thread: 2 threads would get under 2^20 FLOPs each"),
+            std::string::npos)
+      << c.reason;
+  // Enough work: the threaded kernel, with the two-thread tiles, and no such clause.
+  in.kv_len = one.kv_len = 4096;
+  const AutoChoice p = internal::ChooseAutoFrom(nullptr, "", ShapeOf(in), in, {});
+  EXPECT_EQ(p.kernel, KernelId::kParallel);
+  EXPECT_EQ(p.tiles.q_block, internal::ChooseTiles(in).q_block);
+  EXPECT_EQ(p.reason.find("on one thread"), std::string::npos) << p.reason;
+}
+
 TEST(AutoChoice, NaiveFromABucketNeverMeetsAShapeItCannotHold) {
   internal::LoadedTable loaded{ThisMachineTable(), "/t.json"};
   loaded.table.entries = {Entry(65536, 65536, 64, false, 1, KernelId::kNaive, {16, 64, 1})};
