@@ -140,8 +140,9 @@ AutoChoice ChooseAutoFrom(const LoadedTable* loaded, const std::string& current_
         c.reason += " on one thread: " + std::to_string(in.threads) +
                     (ThreadsPayOff(problem, in.threads)
                          ? " threads were asked for, but no threaded kernel takes this problem"
-                         : " threads would get under 2^20 FLOPs each "
-                           "(attn::internal::ThreadsPayOff)");
+                         : " threads would get under " +
+                               std::to_string(static_cast<long long>(kMinFlopsPerThread)) +
+                               " FLOPs each (attn::internal::ThreadsPayOff)");
       }
     }
     return c;

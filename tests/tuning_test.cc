@@ -1305,7 +1305,7 @@ TEST(AutoChoice, DefaultOnOneThreadUsesOneThreadsTilesAndSaysWhy) {
   EXPECT_EQ(c.kernel, KernelId::kStreaming);
   EXPECT_EQ(c.tiles.q_block, internal::ChooseTiles(one).q_block);
   EXPECT_EQ(c.tiles.kv_block, internal::ChooseTiles(one).kv_block);
-  EXPECT_NE(c.reason.find("on one thread: 2 threads would get under 2^20 FLOPs each"),
+  EXPECT_NE(c.reason.find("on one thread: 2 threads would get under 1048576 FLOPs each"),
             std::string::npos)
       << c.reason;
   // Enough work: the threaded kernel, with the two-thread tiles, and no such clause.
