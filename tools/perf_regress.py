@@ -43,17 +43,23 @@ A CPU kind is the vendor and family of /proc/cpuinfo and the SIMD target
 the run used, e.g. AuthenticAMD-family25-AVX2 (AMD Zen 3), -AVX3 (Zen 4),
 GenuineIntel-family6-AVX3 (Intel Xeon): peak fractions and ratios move with
 the core's FMA ports, vector width and caches, so a baseline only ever
-judges runs of its own kind. On a kind with no baseline the subset still
-runs, three times as for --update-baseline, and its baseline is written to
-bench/baselines/KIND.json with a loud NOTHING COMPARED banner: commit that
-file (made on a quiet machine) and later runs of that kind are checked.
+judges runs of its own kind. On a kind with no committed baseline the subset
+still runs, three times as for --update-baseline, with a loud NOTHING
+COMPARED banner, and the baseline it made is written OUTSIDE the source tree
+(--provisional-dir, by default a perf_regress/ folder beside the attn-bench
+binary, i.e. in the build folder), marked provisional, with the commands to
+commit one printed. Later runs on that machine compare against the
+provisional file and say so. A run never writes into bench/baselines/
+unless asked to (--update-baseline, --adopt): CI checks that a run leaves
+its clone's git status clean.
 
 Exit status: 0 no regression, or no baseline for this kind (said loudly, a
-baseline written); 1 regression; 2 usage or attn-bench failure, or a
---baseline file of another kind.
+provisional baseline written outside the tree); 1 regression; 2 usage or
+attn-bench failure, or a --baseline file of another kind.
 
   tools/perf_regress.py --bench build/bench/attn-bench            # check
   tools/perf_regress.py --bench build/bench/attn-bench --update-baseline
+  tools/perf_regress.py --adopt build/bench/perf_regress/KIND.json  # commit a provisional one
   ATTN_BENCH_SLOWDOWN=2 tools/perf_regress.py ...                  # must fail
 
 Standard library only, so CI needs nothing beyond python3.
@@ -289,6 +295,13 @@ def main():
                                        "(it must be of this run's kind)")
     ap.add_argument("--baseline-dir", default=BASELINE_DIR,
                     help="where the per-kind baselines KIND.json live")
+    ap.add_argument("--provisional-dir",
+                    help="where a run that finds no committed baseline of its kind writes the "
+                         "one it made, and where later runs look for it (default: perf_regress/ "
+                         "beside --bench, outside the source tree)")
+    ap.add_argument("--adopt", metavar="FILE",
+                    help="commit the provisional baseline FILE: write it, unmarked, as "
+                         "--baseline-dir/KIND.json, and run nothing")
     ap.add_argument("--cpuinfo", default="/proc/cpuinfo", help=argparse.SUPPRESS)
     ap.add_argument("--threshold", type=float, default=0.33,
                     help="fractional drop of a row's median figure that counts as a regression")
@@ -307,6 +320,8 @@ def main():
     ap.add_argument("--json", help="also write this run's figures here")
     a = ap.parse_args()
 
+    if a.adopt:
+        return adopt(a.adopt, a.baseline_dir)
     if not os.access(a.bench, os.X_OK):
         print(f"perf_regress: no attn-bench at {a.bench}", file=sys.stderr)
         return 2
@@ -329,7 +344,13 @@ def main():
         with open(a.json, "w") as f:
             json.dump(run, f, indent=1)
     ident = cpu_identity(cpuinfo, run["target"])
-    path = a.baseline or os.path.join(a.baseline_dir, ident["kind"] + ".json")
+    committed = os.path.join(a.baseline_dir, ident["kind"] + ".json")
+    provisional = os.path.join(a.provisional_dir or default_provisional_dir(a.bench),
+                               ident["kind"] + ".json")
+    path = a.baseline or committed
+    if not a.baseline and not a.update_baseline and not os.path.exists(committed) \
+            and os.path.exists(provisional):
+        path = provisional  # written by an earlier run here; its banner says so
     shown = os.path.relpath(path, os.getcwd())
 
     def baseline_runs():
@@ -367,13 +388,20 @@ def main():
         except RuntimeError as e:
             print(f"perf_regress: {e}", file=sys.stderr)
             return 2
-        write_baseline(path, base)
-        print(f"perf_regress: wrote {shown} from {a.runs} runs here (load average "
-              f"{base['load_average']['before']} -> {base['load_average']['after']}). To check "
-              "this kind from now on, re-make it on a quiet machine of this kind with "
-              "--update-baseline and commit it (bench/README.md, 'Performance regression "
-              "check'); until then later runs here compare against this provisional file and "
-              "say so.")
+        write_baseline(provisional, base)
+        shown = os.path.relpath(provisional, os.getcwd())
+        committed_shown = os.path.relpath(committed, os.getcwd())
+        tool = os.path.relpath(os.path.abspath(__file__), os.getcwd())
+        print(f"perf_regress: wrote the provisional baseline {shown} from {a.runs} runs here "
+              f"(load average {base['load_average']['before']} -> "
+              f"{base['load_average']['after']}), outside the source tree; later runs here "
+              "compare against it and say so. To check this kind from now on, commit a "
+              "baseline made on a quiet machine of this kind (bench/README.md, 'Performance "
+              "regression check'):")
+        print(f"perf_regress:   python3 {tool} --bench {os.path.relpath(a.bench, os.getcwd())} "
+              f"--update-baseline && git add {committed_shown}")
+        print(f"perf_regress: or, if this machine was quiet, this run's:")
+        print(f"perf_regress:   python3 {tool} --adopt {shown} && git add {committed_shown}")
         print(bar)
         print_table(run, compare(run, {"rows": {}}, a.threshold), {"rows": {}}, a.threshold)
         return 0
@@ -392,8 +420,9 @@ def main():
     if base.get("provisional"):
         print("perf_regress: " + "=" * 64)
         print(f"perf_regress: PROVISIONAL BASELINE: {shown} was written by an earlier run that "
-              f"found no baseline of {ident['kind']} (made {base.get('made')}); it is not a "
-              "committed, quiet-machine baseline. Re-make it with --update-baseline and commit it.")
+              f"found no committed baseline of {ident['kind']} (made {base.get('made')}); it is "
+              "not a quiet-machine baseline. Make one with --update-baseline (or --adopt this "
+              "file) and commit it.")
         print("perf_regress: " + "=" * 64)
     if base.get("model") != ident["model"] or base.get("model_name") != ident["model_name"]:
         print(f"perf_regress: note: the baseline was made on {base.get('model_name')} model "
@@ -434,6 +463,44 @@ def main():
     print(f"perf_regress: {len(gated) - len(failed)} gated rows within threshold, "
           f"{len(failed)} regressed; {len(runs_cmp)} run(s), {time.time() - t_start:.0f} s")
     return 1 if failed else 0
+
+
+def default_provisional_dir(bench):
+    """Where a run with no committed baseline puts the one it made: beside
+    attn-bench (the build folder), unless that is a path of the source tree
+    that git does not ignore; then the system's temporary folder."""
+    d = os.path.join(os.path.dirname(os.path.abspath(bench)), "perf_regress")
+    if os.path.commonpath([d, ROOT]) == ROOT:
+        ignored = subprocess.run(["git", "-C", ROOT, "check-ignore", "-q", d],
+                                 capture_output=True).returncode == 0
+        if not ignored:
+            import tempfile
+            d = os.path.join(tempfile.gettempdir(), "attn-perf_regress")
+    return d
+
+
+def adopt(path, baseline_dir):
+    """Writes the provisional baseline at `path` as the committed baseline of
+    its kind, baseline_dir/KIND.json, without its provisional mark."""
+    try:
+        with open(path) as f:
+            base = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"perf_regress: cannot read {path}: {e}", file=sys.stderr)
+        return 2
+    kind = base.get("kind")
+    if not kind or set(base.get("rows", {})) != {r[0] for r in subset()}:
+        print(f"perf_regress: {path} is not a baseline of this tool's subset "
+              "(kind or rows differ); make one with --update-baseline", file=sys.stderr)
+        return 2
+    if base.pop("provisional", False):
+        base["how"] += "; adopted with --adopt from a run that found no baseline of its kind"
+    out = os.path.join(baseline_dir, kind + ".json")
+    write_baseline(out, base)
+    print(f"perf_regress: wrote {os.path.relpath(out, os.getcwd())} for {kind} (made "
+          f"{base.get('made')}, load average {base.get('load_average')}); commit it with "
+          f"git add {os.path.relpath(out, os.getcwd())}")
+    return 0
 
 
 def known_kinds(directory):

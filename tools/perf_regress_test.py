@@ -94,6 +94,7 @@ class Flow(unittest.TestCase):
         os.chmod(self.bench, 0o755)
         self.baselines = os.path.join(d, "baselines")
         os.mkdir(self.baselines)
+        self.provisional = os.path.join(d, "provisional")
         for name, text in (("amd", AMD_ZEN3), ("intel", INTEL_SPR)):
             with open(os.path.join(d, name), "w") as f:
                 f.write(text)
@@ -107,6 +108,7 @@ class Flow(unittest.TestCase):
         if slowdown:
             env["ATTN_BENCH_SLOWDOWN"] = slowdown
         cmd = [sys.executable, TOOL, "--bench", self.bench, "--baseline-dir", self.baselines,
+               "--provisional-dir", self.provisional,
                "--cpuinfo", os.path.join(self.tmp.name, cpu), "--runs", "2", *extra]
         return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
 
@@ -115,8 +117,13 @@ class Flow(unittest.TestCase):
         self.assertEqual(first.returncode, 0, first.stderr)
         self.assertIn("NOTHING COMPARED", first.stdout)
         self.assertNotIn("gated rows within threshold", first.stdout)
+        # Written outside the committed baselines, with the commands to commit one.
+        self.assertEqual(os.listdir(self.baselines), [])
         path = os.path.join(self.baselines, "AuthenticAMD-family25-AVX2.json")
-        with open(path) as f:
+        provisional = os.path.join(self.provisional, "AuthenticAMD-family25-AVX2.json")
+        self.assertIn("--update-baseline && git add", first.stdout)
+        self.assertIn("--adopt", first.stdout)
+        with open(provisional) as f:
             base = json.load(f)
         self.assertEqual((base["kind"], base["vendor"], base["target"]),
                          ("AuthenticAMD-family25-AVX2", "AuthenticAMD", "AVX2"))
@@ -141,21 +148,34 @@ class Flow(unittest.TestCase):
             self.assertNotIn("provisional", json.load(f))
         self.assertNotIn("PROVISIONAL", self.run_tool("amd", "AVX2").stdout)
 
-    def test_another_kind_is_never_judged_by_this_kinds_baseline(self):
+    def test_adopt_commits_a_provisional_baseline_unmarked(self):
         self.assertEqual(self.run_tool("amd", "AVX2").returncode, 0)
+        provisional = os.path.join(self.provisional, "AuthenticAMD-family25-AVX2.json")
+        p = self.run_tool("amd", "AVX2", None, "--adopt", provisional)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        with open(os.path.join(self.baselines, "AuthenticAMD-family25-AVX2.json")) as f:
+            base = json.load(f)
+        self.assertNotIn("provisional", base)
+        self.assertIn("--adopt", base["how"])
+        check = self.run_tool("amd", "AVX2")
+        self.assertNotIn("PROVISIONAL", check.stdout)
+        self.assertRegex(check.stdout, r"\b(\d+) gated rows within threshold, 0 regressed")
+
+    def test_another_kind_is_never_judged_by_this_kinds_baseline(self):
+        self.assertEqual(self.run_tool("amd", "AVX2", None, "--update-baseline").returncode, 0)
         intel = self.run_tool("intel", "AVX3")
         self.assertEqual(intel.returncode, 0, intel.stderr)
         self.assertIn("NOTHING COMPARED", intel.stdout)
         self.assertIn("GenuineIntel-family6-AVX3", intel.stdout)
         self.assertIn("AuthenticAMD-family25-AVX2", intel.stdout)  # the committed kinds listed
-        self.assertTrue(os.path.exists(os.path.join(self.baselines,
+        self.assertTrue(os.path.exists(os.path.join(self.provisional,
                                                     "GenuineIntel-family6-AVX3.json")))
         # ATTN_TARGET=SSE4 on the AMD machine is another kind too.
         self.assertIn("NOTHING COMPARED", self.run_tool("amd", "SSE4").stdout)
 
     def test_an_explicit_baseline_of_another_kind_is_refused(self):
         self.assertEqual(self.run_tool("amd", "AVX2").returncode, 0)
-        amd = os.path.join(self.baselines, "AuthenticAMD-family25-AVX2.json")
+        amd = os.path.join(self.provisional, "AuthenticAMD-family25-AVX2.json")
         p = self.run_tool("intel", "AVX3", None, "--baseline", amd)
         self.assertEqual(p.returncode, 2, p.stdout)
         self.assertIn("not comparable", p.stderr)
@@ -165,11 +185,70 @@ class Flow(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertIn("NOTHING COMPARED", p.stdout)
         self.assertEqual(os.listdir(self.baselines), [])
+        self.assertFalse(os.path.exists(self.provisional))
+
+
+def committed_baselines():
+    """The baselines the repository ships: the bench/baselines/*.json files
+    git tracks, or all of them where the tree is not a git work tree (a
+    source tarball). A file a run left there untracked is not one."""
+    files = glob.glob(os.path.join(perf_regress.BASELINE_DIR, "*.json"))
+    git = subprocess.run(["git", "-C", perf_regress.ROOT, "ls-files", "-z", "--",
+                          "bench/baselines"], capture_output=True, text=True)
+    if git.returncode != 0:
+        return sorted(files)
+    tracked = {os.path.join(perf_regress.ROOT, f) for f in git.stdout.split("\0") if f}
+    return sorted(f for f in files if f in tracked)
+
+
+# An identity no committed baseline can have, for runs against the real tree.
+UNKNOWN_KIND_CPU = """processor\t: 0
+vendor_id\t: NoSuchVendor
+cpu family\t: 999
+model\t\t: 1
+model name\t: a CPU kind with no baseline
+flags\t\t: fpu
+"""
+
+
+class Tree(unittest.TestCase):
+    def test_a_run_without_a_baseline_leaves_the_tree_alone_and_the_suite_passes(self):
+        """What failed CI on every kind with no committed baseline: the run
+        wrote bench/baselines/KIND.json into the clone, and the committed-
+        baseline check of the suite that ran next found it provisional."""
+        before = set(os.listdir(perf_regress.BASELINE_DIR))
+        with tempfile.TemporaryDirectory() as d:
+            bench = os.path.join(d, "attn-bench")
+            with open(bench, "w") as f:
+                f.write(FAKE_BENCH)
+            os.chmod(bench, 0o755)
+            cpu = os.path.join(d, "cpuinfo")
+            with open(cpu, "w") as f:
+                f.write(UNKNOWN_KIND_CPU)
+            env = dict(os.environ, FAKE_TARGET="AVX3")
+            env.pop("ATTN_BENCH_SLOWDOWN", None)
+            try:
+                # The defaults, as .ci/run calls it: no --baseline-dir, no
+                # --provisional-dir.
+                p = subprocess.run([sys.executable, TOOL, "--bench", bench, "--cpuinfo", cpu,
+                                    "--runs", "1"], env=env, capture_output=True, text=True,
+                                   timeout=120)
+                self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+                self.assertIn("NOTHING COMPARED", p.stdout)
+                self.assertEqual(set(os.listdir(perf_regress.BASELINE_DIR)), before,
+                                 "the run wrote into bench/baselines")
+                self.assertTrue(os.path.exists(os.path.join(
+                    d, "perf_regress", "NoSuchVendor-family999-AVX3.json")))
+                # The suite's next step: the committed baselines still pass.
+                Committed().test_every_committed_baseline_is_named_by_its_kind_and_has_every_row()
+            finally:
+                for name in set(os.listdir(perf_regress.BASELINE_DIR)) - before:
+                    os.unlink(os.path.join(perf_regress.BASELINE_DIR, name))
 
 
 class Committed(unittest.TestCase):
     def test_every_committed_baseline_is_named_by_its_kind_and_has_every_row(self):
-        files = glob.glob(os.path.join(perf_regress.BASELINE_DIR, "*.json"))
+        files = committed_baselines()
         self.assertTrue(files, "no committed baseline in bench/baselines")
         rows = {r[0] for r in perf_regress.subset()}
         for path in files:
