@@ -11,6 +11,8 @@
 #include <utility>
 
 #include "attn/attn_c.h"
+#include "dispatch/dot_path.h"
+#include "kernels/bf16dot/bf16dot.h"
 
 namespace attn::internal {
 
@@ -23,6 +25,17 @@ void NaiveAttention(const Problem& problem, const RunConfig& config);
 namespace {
 
 std::string DeclinesNothing(const Problem&) { return ""; }
+
+// The bf16 dot-product rows: all-bf16 problems, when a dot path is in force
+// (dispatch/dot_path.cc); the hardware or the emulated layer as it says.
+bool Bf16DotOnHardware() { return ActiveDotPath() == DotPath::kAvx512Bf16; }
+void ParallelBf16DotAttention(const Problem& p, const RunConfig& config) {
+  ParallelAttentionWith(Bf16DotTarget(Bf16DotOnHardware()), p, config);
+}
+void StreamingBf16DotAttention(const Problem& p, const RunConfig& config) {
+  Bf16DotStreamingAttention(p, config, Bf16DotOnHardware());
+}
+constexpr const char* kBf16DotPath = "bf16 dot products, P rounded to bf16";
 
 // The naive kernel materialises T_q x T_k float scores per head: above
 // 1 GiB it declines rather than exhaust memory (streaming needs O(tile)).
@@ -57,9 +70,17 @@ KernelInfo Info(KernelId id, const char* name, const char* summary, bool simd, b
 const std::vector<KernelImpl>& Table() {
   static const std::vector<KernelImpl> table = {
       {Info(KernelId::kParallel, "parallel",
+            "the bf16 dot-product streaming kernel over OpenMP threads",
+            true, true, true, true, true),
+       ATTN_KERNEL_PARALLEL, &DotPathDeclines, &ParallelBf16DotAttention, kBf16DotPath},
+      {Info(KernelId::kParallel, "parallel",
             "the streaming kernel over OpenMP threads; split-KV when items are few",
             true, true, true, true, true),
        ATTN_KERNEL_PARALLEL, &DeclinesNothing, &ParallelAttention},
+      {Info(KernelId::kStreaming, "streaming",
+            "online softmax over bf16 pairs: bf16 dot products for Q·Kᵀ and P·V",
+            true, false, true, true, false),
+       ATTN_KERNEL_STREAMING, &DotPathDeclines, &StreamingBf16DotAttention, kBf16DotPath},
       {Info(KernelId::kStreaming, "streaming",
             "SIMD online softmax (flash attention), O(tile) memory, one thread",
             true, false, true, true, false),
@@ -143,7 +164,14 @@ const std::vector<KernelInfo>& Kernels() {
     for (const internal::KernelImpl& row : internal::Table()) {
       bool seen = false;
       for (const KernelInfo& k : out) seen = seen || k.id == row.info.id;
-      if (!seen) out.push_back(row.info);
+      if (seen) continue;
+      // In the order of the id's first row, with its generic row's info.
+      for (const internal::KernelImpl& generic : internal::Table()) {
+        if (generic.info.id == row.info.id && !*generic.path) {
+          out.push_back(generic.info);
+          break;
+        }
+      }
     }
     return out;
   }();

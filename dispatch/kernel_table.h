@@ -18,6 +18,10 @@ struct KernelImpl {
   // why not, in the manner of oneDNN's pd_t::init() declining.
   std::string (*declines)(const Problem& problem) = nullptr;
   KernelFn run = nullptr;
+  // "" for a kernel's generic row; else the instruction path of a variant
+  // row standing before it (e.g. the bf16 dot-product rows), for
+  // explanations. attn::Kernels() shows the generic row's KernelInfo.
+  const char* path = "";
 };
 
 // Every row, in order. Several rows may share a kernel id: variants of one

@@ -257,6 +257,16 @@ AutoChoice ExplainKernelChoice(const Problem& problem, const Options& options);
 
 // AutoChoice::path for `kernel` on `problem`'s element types.
 std::string PathText(KernelId kernel, const Problem& p) {
+  // The row of the table that runs it (a bf16 dot-product row, say).
+  std::string why;
+  const internal::KernelImpl* row = internal::FirstAccepting(kernel, p, &why);
+  if (row && *row->path) {
+    std::string path = CurrentTarget() + " " + row->path + " (dot path " + CurrentDotPath() + ")";
+    if (p.out.dtype != DType::kF32) {
+      path += std::string("; out rounded once to ") + DTypeName(p.out.dtype);
+    }
+    return path;
+  }
   std::string path =
       GetKernelInfo(kernel).simd ? CurrentTarget() + " float32 FMA" : std::string("scalar float32");
   std::string widened;

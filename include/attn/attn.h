@@ -278,6 +278,27 @@ std::string CurrentTarget();
 // ATTN_TARGET is applied the same way at first use.
 void ForceTarget(const std::string& name);
 
+// ---- bf16 dot-product paths ------------------------------------------------
+// How the SIMD kernels multiply when Q, K and V are all bf16 (any output
+// type). Every other type mix is widened exactly to float32.
+//   "widen"                the same exact widening (the default);
+//   "avx512bf16"           AVX512-BF16's vdpbf16ps (AVX3 target, a CPU with
+//                          the instruction): bf16 products accumulated in
+//                          float32, softmax in float32, the weights P
+//                          rounded to bf16 before P·V (README "Precision");
+//   "avx512bf16-emulated"  the same kernels over a portable emulation of the
+//                          instruction, bit-exact on normal values, on any
+//                          target and CPU: what tests run where the
+//                          instruction is missing; slow.
+// Views of a few query rows (decode) keep the widened narrow path for now.
+std::vector<std::string> DotPaths();           // every name above
+std::vector<std::string> SupportedDotPaths();  // those that can run here now
+std::string CurrentDotPath();                  // the path in force
+// Forces a path for the whole process ("" or "auto": the default). Throws
+// Error (field "dot_path") for an unknown name or one that cannot run here.
+// The environment variable ATTN_DOT_PATH is applied the same way at first use.
+void ForceDotPath(const std::string& name);
+
 // The tile defaults the SIMD kernels use for a shape on the current target.
 Tiles DefaultTiles(int64_t q_len, int64_t kv_len, int64_t head_dim);
 

@@ -56,8 +56,9 @@ struct AutoChoice {
   std::string source;
   std::string reason;   // one human-readable sentence
   // The instruction-set path and the arithmetic of the element types, e.g.
-  // "AVX2 float32 FMA; k, v bf16 widened to float32 exactly". Every kernel
-  // computes in float32 in this version (no AMX or AVX512-BF16 path yet).
+  // "AVX2 float32 FMA; k, v bf16 widened to float32 exactly", or for an
+  // all-bf16 problem under a dot path (attn.h ForceDotPath) "AVX3 bf16 dot
+  // products, P rounded to bf16 (dot path avx512bf16)".
   std::string path;
 };
 // For a problem of batch * heads = 1 with d_v = d; threads 0 means what

@@ -9,13 +9,14 @@
 
 namespace attn::internal {
 
-// Makes `buffer` hold at least `need` floats (`size` is its current
+// Makes `buffer` hold at least `need` elements (`size` is its current
 // capacity). Allocates first and replaces after, so a failed growth throws
 // std::bad_alloc (reported as attn::Error "memory") and leaves the old,
 // smaller but valid buffer and size for the next call on this thread.
-inline void GrowScratch(hwy::AlignedFreeUniquePtr<float[]>& buffer, size_t& size, size_t need) {
+template <typename T>
+inline void GrowScratch(hwy::AlignedFreeUniquePtr<T[]>& buffer, size_t& size, size_t need) {
   if (need <= size) return;
-  hwy::AlignedFreeUniquePtr<float[]> grown = hwy::AllocateAligned<float>(need);
+  hwy::AlignedFreeUniquePtr<T[]> grown = hwy::AllocateAligned<T>(need);
   if (!grown) throw std::bad_alloc();
   buffer = std::move(grown);
   size = need;

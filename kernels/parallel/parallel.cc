@@ -37,17 +37,7 @@
 #include "kernels/kernel.h"
 #include "kernels/streaming/streaming-inl.h"
 
-#ifndef ATTN_KERNELS_PARALLEL_TARGET_DEFINED_
-#define ATTN_KERNELS_PARALLEL_TARGET_DEFINED_
-namespace attn::internal {
-// What the parallel kernel needs from the chosen SIMD target.
-struct ParallelTarget {
-  int panel_width;  // query rows per panel (q_block is rounded up to it)
-  // The streaming kernel on one view, with the calling thread's scratch.
-  void (*run_view)(const HeadView& view, const Tiles& tiles);
-};
-}  // namespace attn::internal
-#endif
+#include "kernels/bf16dot/bf16dot.h"  // ParallelTarget
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
@@ -99,7 +89,11 @@ void KeepFirstException(std::exception_ptr* error, const Body& body) {
 
 void ParallelAttention(const Problem& p, const RunConfig& config) {
   // One dispatch per call: every work item runs the same target's code.
-  const ParallelTarget target = HWY_DYNAMIC_DISPATCH(ParallelTargetImpl)();
+  ParallelAttentionWith(HWY_DYNAMIC_DISPATCH(ParallelTargetImpl)(), p, config);
+}
+
+void ParallelAttentionWith(const ParallelTarget& target, const Problem& p,
+                           const RunConfig& config) {
   const int64_t P = target.panel_width;
   const int64_t q_block = std::max<int64_t>(P, (config.tiles.q_block + P - 1) / P * P);
   const HeadViews views(p);

@@ -1,0 +1,197 @@
+// The bf16 dot-product kernel for one head (or a sub-view of rows/keys of
+// one), written once against an instruction layer `Dot` (kernels/common/
+// bf16dot-inl.h: Dot::PairDot). NOT a normal header: bf16dot.cc includes it
+// inside a namespace per layer (emulated:: on every target, hardware:: on
+// AVX3 within the avx512bf16 attribute region), after the headers it uses
+// (bf16dot/pack-inl.h, common/microkernels-inl.h, common/softmax-inl.h,
+// common/widen-inl.h, streaming/narrow-inl.h), with `using Dot = ...` in
+// scope. Including the same text twice is what lets the hardware copy be
+// compiled with avx512bf16 enabled while the emulated copy, which CPUs
+// without the instruction run, is compiled without it.
+//
+// Algorithm, per head: the streaming kernel's (streaming-inl.h: query
+// blocks of whole panels, key tiles, online softmax, causal skipping), with
+// both products on bf16 pairs (pack-inl.h):
+//   1. Q of each panel packed into pairs along d (once per query block);
+//   2. per key tile, V packed into pairs of rows (once per query block and
+//      tile, shared by its panels), checked for NaN / ±Inf on the way;
+//   3. per panel: scores from Qp and K pairs read in place, times the scale
+//      in float32; mask, causal mask and online softmax in float32 as the
+//      other kernels; the weights rounded to bf16 pairs along the keys;
+//      Ot += Pp · Vp with float32 accumulators.
+// A V tile holding NaN or ±Inf is mixed by the float32 path of the other
+// kernels instead (widened V, float32 weights, microkernels-inl.h
+// NonFiniteV), so those values reach exactly the rows that can see their
+// key, as everywhere else. Views of at most NarrowMaxRows() rows (decode)
+// take the widened narrow path (narrow-inl.h).
+//
+// Memory traffic: the streaming kernel's, at 2 bytes an element: K and V
+// read once per query block, Q once, O written once; extra memory
+// O(q_block·(d + dv) + kv_block·(P + dv)) (Bf16DotScratch).
+
+// St[r][:] = scale · Σ_t PairDot(Qp[t][:], K[r] pair t) for R keys at k.
+template <int R>
+HWY_INLINE void PairScoreRows(const uint32_t* HWY_RESTRICT qp, int64_t d,
+                              const uint16_t* HWY_RESTRICT k, int64_t k_stride, float scale,
+                              float* HWY_RESTRICT st) {
+  const DPairF df;
+  const DPairU du;
+  const size_t N = hn::Lanes(df);
+  const size_t P = PanelWidth();
+  VPairF acc[R][kPanelVectors];
+  for (int r = 0; r < R; ++r)
+    for (size_t n = 0; n < kPanelVectors; ++n) acc[r][n] = hn::Zero(df);
+  const int64_t pairs = (d + 1) / 2;
+  for (int64_t t = 0; t < pairs; ++t) {
+    VPairU q[kPanelVectors];
+    for (size_t n = 0; n < kPanelVectors; ++n) q[n] = hn::Load(du, qp + t * P + n * N);
+    for (int r = 0; r < R; ++r) {
+      const VPairU kb = hn::Set(du, LoadPair(k + r * k_stride, t, d));
+      for (size_t n = 0; n < kPanelVectors; ++n) acc[r][n] = Dot::PairDot(acc[r][n], q[n], kb);
+    }
+  }
+  const VPairF s = hn::Set(df, scale);
+  for (int r = 0; r < R; ++r)
+    for (size_t n = 0; n < kPanelVectors; ++n) hn::Store(hn::Mul(acc[r][n], s), df, st + r * P + n * N);
+}
+
+// PairScoreRows<rows> for a run-time rows in [1, R].
+template <int R>
+HWY_INLINE void PairScoreRowsN(int64_t rows, const uint32_t* HWY_RESTRICT qp, int64_t d,
+                               const uint16_t* HWY_RESTRICT k, int64_t k_stride, float scale,
+                               float* HWY_RESTRICT st) {
+  if constexpr (R > 0) {
+    if (rows == R) return PairScoreRows<R>(qp, d, k, k_stride, scale, st);
+    PairScoreRowsN<R - 1>(rows, qp, d, k, k_stride, scale, st);
+  }
+}
+
+// St[j][:] for keys j < keys: the score tile of one panel.
+HWY_INLINE void PairScoreTile(const uint32_t* HWY_RESTRICT qp, int64_t d,
+                              const uint16_t* HWY_RESTRICT k, int64_t k_stride, int64_t keys,
+                              float scale, float* HWY_RESTRICT st) {
+  const int64_t P = int64_t(PanelWidth());
+  ForEachRowBlock(keys, [&](int64_t j, int64_t rows) {
+    PairScoreRowsN<kRows>(rows, qp, d, k + j * k_stride, k_stride, scale, st + j * P);
+  });
+}
+
+// Ot[r][:] += Σ_u PairDot(Pp[u][:], Vp[u][r]) for R value columns at vp.
+template <int R>
+HWY_INLINE void PairMixColumns(const uint32_t* HWY_RESTRICT pp, int64_t key_pairs,
+                               const uint32_t* HWY_RESTRICT vp, int64_t dv,
+                               float* HWY_RESTRICT ot) {
+  const DPairF df;
+  const DPairU du;
+  const size_t N = hn::Lanes(df);
+  const size_t P = PanelWidth();
+  VPairF acc[R][kPanelVectors];
+  for (int r = 0; r < R; ++r)
+    for (size_t n = 0; n < kPanelVectors; ++n) acc[r][n] = hn::Zero(df);
+  for (int64_t u = 0; u < key_pairs; ++u) {
+    VPairU p[kPanelVectors];
+    for (size_t n = 0; n < kPanelVectors; ++n) p[n] = hn::Load(du, pp + u * P + n * N);
+    const uint32_t* HWY_RESTRICT vu = vp + u * dv;
+    for (int r = 0; r < R; ++r) {
+      const VPairU vb = hn::Set(du, vu[r]);
+      for (size_t n = 0; n < kPanelVectors; ++n) acc[r][n] = Dot::PairDot(acc[r][n], p[n], vb);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (size_t n = 0; n < kPanelVectors; ++n) {
+      float* HWY_RESTRICT o = ot + r * P + n * N;
+      hn::Store(hn::Add(hn::Load(df, o), acc[r][n]), df, o);
+    }
+  }
+}
+
+// PairMixColumns<columns> for a run-time columns in [1, R].
+template <int R>
+HWY_INLINE void PairMixColumnsN(int64_t columns, const uint32_t* HWY_RESTRICT pp,
+                                int64_t key_pairs, const uint32_t* HWY_RESTRICT vp, int64_t dv,
+                                float* HWY_RESTRICT ot) {
+  if constexpr (R > 0) {
+    if (columns == R) return PairMixColumns<R>(pp, key_pairs, vp, dv, ot);
+    PairMixColumnsN<R - 1>(columns, pp, key_pairs, vp, dv, ot);
+  }
+}
+
+// Ot[c][:] += Σ_u PairDot(Pp[u][:], Vp[u][c]) for every value column c < dv.
+HWY_INLINE void PairMixTile(const uint32_t* HWY_RESTRICT pp, int64_t key_pairs,
+                            const uint32_t* HWY_RESTRICT vp, int64_t dv, float* HWY_RESTRICT ot) {
+  const int64_t P = int64_t(PanelWidth());
+  ForEachRowBlock(dv, [&](int64_t c, int64_t columns) {
+    PairMixColumnsN<kRows>(columns, pp, key_pairs, vp + c, dv, ot + c * P);
+  });
+}
+
+HWY_INLINE void Bf16DotHead(const internal::HeadView& h, const Tiles& tiles,
+                            Bf16DotScratch& scratch) {
+  if (h.tq <= NarrowMaxRows()) return NarrowHead(h, tiles, scratch.narrow());
+  const int64_t P = int64_t(PanelWidth());
+  const int64_t q_block = std::max<int64_t>(P, (tiles.q_block + P - 1) / P * P);
+  const int64_t kv_block = std::max<int64_t>(1, tiles.kv_block);
+  scratch.Reserve(q_block, kv_block, h.d, h.dv);
+  float* HWY_RESTRICT st = scratch.st();
+  const auto* q = static_cast<const uint16_t*>(h.q);
+  const auto* k = static_cast<const uint16_t*>(h.k);
+  const auto* v = static_cast<const uint16_t*>(h.v);
+
+  for (int64_t q0 = 0; q0 < h.tq; q0 += q_block) {
+    const int64_t rows = std::min(q_block, h.tq - q0);
+    const int64_t panels = (rows + P - 1) / P;
+    for (int64_t p = 0; p < panels; ++p) {
+      const int64_t r0 = q0 + p * P;
+      PackQueryPairs(q + r0 * h.q_stride, h.q_stride, std::min(P, h.tq - r0), h.d,
+                     scratch.qp(p, h.d));
+      ResetStats(scratch.stats(p));
+      std::fill(scratch.ot(p, h.dv), scratch.ot(p, h.dv) + h.dv * P, 0.0f);
+    }
+    // Keys after the block's last visible key are never read.
+    const int64_t key_end = h.KeyEnd(q0 + rows - 1);
+    NonFiniteV bad_v;  // float32 path for a V tile with NaN / Inf
+    for (int64_t j0 = 0; j0 < key_end; j0 += kv_block) {
+      const int64_t tile_keys = std::min(kv_block, key_end - j0);
+      const bool bad =
+          PackValuePairs(v + j0 * h.v_stride, h.v_stride, tile_keys, h.dv, scratch.vp());
+      if (bad) {
+        scratch.ReserveWidened(kv_block, h.dv);
+        const FloatRows vw =
+            WidenRows(h.VRow(j0), DType::kBF16, h.v_stride, tile_keys, h.dv, scratch.vw());
+        bad_v.Clean(vw.data, vw.stride, tile_keys, h.dv);
+      }
+      for (int64_t p = 0; p < panels; ++p) {
+        const int64_t r0 = q0 + p * P;
+        const int64_t panel_rows = std::min(P, h.tq - r0);
+        // Keys this panel may see: up to its last row's causal limit.
+        const int64_t keys =
+            std::clamp<int64_t>(h.KeyEnd(r0 + panel_rows - 1), j0, j0 + tile_keys) - j0;
+        if (keys <= 0) continue;  // tile wholly above this panel's diagonal
+        PairScoreTile(scratch.qp(p, h.d), h.d, k + j0 * h.k_stride, h.k_stride, keys, h.scale, st);
+        if (h.mask) {
+          AddMaskTile(h.mask + r0 * h.mask_row_stride + j0 * h.mask_col_stride, h.mask_row_stride,
+                      h.mask_col_stride, panel_rows, keys, st);
+        }
+        if (j0 + keys - 1 > r0 + h.causal_offset) {  // tile crosses the diagonal
+          CausalMaskTile(j0, r0 + h.causal_offset, keys, st);
+        }
+        float* HWY_RESTRICT ot = scratch.ot(p, h.dv);
+        if (bad) {
+          OnlineSoftmaxTile<true>(st, keys, scratch.stats(p), ot, h.dv);
+          MixTile(st, keys, bad_v.clean(), h.dv, h.dv, ot);
+          bad_v.AddTo(st, keys, ot);
+        } else {
+          OnlineSoftmaxTile(st, keys, scratch.stats(p), ot, h.dv);
+          PackWeightPairs(st, keys, scratch.pp());
+          PairMixTile(scratch.pp(), (keys + 1) / 2, scratch.vp(), h.dv, ot);
+        }
+      }
+    }
+    for (int64_t p = 0; p < panels; ++p) {
+      const int64_t r0 = q0 + p * P;
+      FinishPanel(scratch.ot(p, h.dv), scratch.stats(p), std::min(P, h.tq - r0), h.dv,
+                  h.OutRow(r0), h.out_type, h.out_stride,
+                  h.lse ? h.lse + r0 * h.lse_stride : nullptr, h.lse_stride);
+    }
+  }
+}

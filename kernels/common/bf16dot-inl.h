@@ -1,0 +1,107 @@
+// The bf16 pair dot product, the one instruction the bf16 dot-product
+// kernels (kernels/bf16dot/) are written against, in two implementations
+// with the same semantics, compiled once per Highway target (per-target
+// include guard below):
+//
+//   PairDot(acc, a, b)[i] = (acc[i] + a.hi[i]·b.hi[i]) + a.lo[i]·b.lo[i]
+//
+// where each 32-bit lane of a and b holds two bf16 values, lo in bits 0-15
+// (the even element of the pair in memory) and hi in bits 16-31 (the odd
+// one); the odd pair is added first and every step is rounded to nearest
+// even. A product of two bf16 values has at most 16 significant bits, so it
+// is exact in float32 unless it overflows or is subnormal.
+//
+// - EmulatedBf16Dot: portable Highway code for every target, with the
+//   instruction's denormal handling: bf16 inputs and the accumulator that
+//   are subnormal count as zero (DAZ), and a subnormal product, partial sum
+//   or result is flushed to a zero of its sign (FTZ), as AVX512-BF16's
+//   vdpbf16ps does (it ignores MXCSR). The probe of ../shared/probes
+//   (vdpbf16ps_semantics.c, 3.2 million random lanes) found vdpbf16ps
+//   bit-equal to this model in every lane whose products and sums are
+//   normal floats, on AMD Zen 4 (family 25 model 17) and AMD Zen 5
+//   (family 26 model 2); the ~0.07% of lanes that differ all have a
+//   product or partial sum that overflows or is subnormal, which attention
+//   never produces on inputs float32 can evaluate (weights are in
+//   [2^-126, 1], ExpNonPositive).
+// - Avx512Bf16Dot (AVX3 target only): _mm512_dpbf16_ps. Its functions are
+//   compiled with the avx512bf16 target attribute, so it is defined only
+//   inside the attribute region that kernels/bf16dot/bf16dot.cc opens for
+//   its hardware kernels, and nothing else may call it: a CPU without
+//   AVX512-BF16 never reaches it (dispatch/dot_path.cc decides).
+//
+// The kernels use nothing else from either layer: packing, pair layouts,
+// tile loops and edges are the same code over both (tests/bf16dot_test.cc
+// compares the two bit for bit where the CPU has the instruction).
+#if defined(ATTN_KERNELS_COMMON_BF16DOT_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTN_KERNELS_COMMON_BF16DOT_INL_H_
+#undef ATTN_KERNELS_COMMON_BF16DOT_INL_H_
+#else
+#define ATTN_KERNELS_COMMON_BF16DOT_INL_H_
+#endif
+
+#include <stdint.h>
+
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Float lanes, and the same lanes as u32 bf16 pairs.
+using DPairF = hn::ScalableTag<float>;
+using DPairU = hn::RebindToUnsigned<DPairF>;
+using VPairF = hn::Vec<DPairF>;
+using VPairU = hn::Vec<DPairU>;
+
+struct EmulatedBf16Dot {
+  static constexpr bool kHardware = false;
+
+  // x, or a zero of x's sign where x is subnormal (|x| < 2^-126, x != 0).
+  static HWY_INLINE VPairF FlushSubnormal(VPairF x) {
+    const DPairF df;
+    const VPairF min_normal = hn::Set(df, 1.17549435e-38f);
+    const VPairF sign = hn::And(x, hn::Set(df, -0.0f));
+    return hn::IfThenElse(hn::Lt(hn::Abs(x), min_normal), sign, x);
+  }
+
+  static HWY_INLINE VPairF PairDot(VPairF acc, VPairU a, VPairU b) {
+    const DPairF df;
+    const DPairU du;
+    const VPairU hi_bits = hn::Set(du, 0xFFFF0000u);
+    const VPairF a_hi = FlushSubnormal(hn::BitCast(df, hn::And(a, hi_bits)));
+    const VPairF b_hi = FlushSubnormal(hn::BitCast(df, hn::And(b, hi_bits)));
+    const VPairF a_lo = FlushSubnormal(hn::BitCast(df, hn::ShiftLeft<16>(a)));
+    const VPairF b_lo = FlushSubnormal(hn::BitCast(df, hn::ShiftLeft<16>(b)));
+    // Mul then Add, not MulAdd: the product is exact (or flushed), so this is
+    // the instruction's result on every target, with or without FMA.
+    const VPairF sum = FlushSubnormal(
+        hn::Add(FlushSubnormal(acc), FlushSubnormal(hn::Mul(a_hi, b_hi))));
+    return FlushSubnormal(hn::Add(sum, FlushSubnormal(hn::Mul(a_lo, b_lo))));
+  }
+};
+
+#if HWY_TARGET == HWY_AVX3
+// The one piece of this file no CPU without AVX512-BF16 may run: every
+// function defined between these pragmas may use the instruction. Callers
+// must themselves be defined inside such a region (GCC inlines an
+// avx512bf16 function only into avx512bf16 code).
+#define ATTN_HAVE_AVX512BF16_DOT 1
+HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512bf16")
+struct Avx512Bf16Dot {
+  static constexpr bool kHardware = true;
+  static HWY_INLINE VPairF PairDot(VPairF acc, VPairU a, VPairU b) {
+    return VPairF{_mm512_dpbf16_ps(acc.raw, reinterpret_cast<__m512bh>(a.raw),
+                                   reinterpret_cast<__m512bh>(b.raw))};
+  }
+};
+HWY_POP_ATTRIBUTES
+#else
+#undef ATTN_HAVE_AVX512BF16_DOT
+#endif
+
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard

@@ -1,0 +1,366 @@
+// The bf16 dot-product paths (attn.h "bf16 dot-product paths", kernels/
+// bf16dot/): every kernel variant of the table on all-bf16 problems against
+// the float64 reference, on every supported target through the emulated
+// instruction layer and, where this CPU has AVX512-BF16, on AVX3 through
+// the instruction itself; the hardware kernels against the emulated ones
+// bit for bit; dispatch (which rows take which problems, forcing, errors).
+//
+// The bound (README "Precision", bf16 dot-product paths). The path
+// computes scores exactly as float32 code does (a bf16 x bf16 product is
+// exact in float32, the d-term sums round as the naive kernel's), and its
+// softmax is the other kernels' float32 one; what differs is that each
+// unnormalised weight w_j is rounded to bf16 before P·V: w~_j = w_j (1 + e_j),
+// |e_j| <= 2^-9 (8 significant bits, to nearest even), while the normaliser
+// S = Σ w_j is the float32 sum of the unrounded weights. So
+//   out_ic = Σ_j w~_j v_jc / S = Σ_j w_j v_jc / S + Σ_j e_j w_j v_jc / S,
+// and the second term is at most 2^-9 Σ_j p_j |v_jc|, which is the float64
+// reference's output for |V| in place of V, times 2^-9. Per element:
+//   |out_ic - ref_ic| <= B32 + 2^-8 · ref(|V|)_ic
+// with B32 the float32 kernels' bound on the same input (test_util.cc
+// BoundFromNaive: 4x the naive kernel's error plus a floor) and a factor 2
+// over the worst case for the float32 error of the weights that the
+// rounding term multiplies. The tests below show that it still fails on a
+// kernel that drops one key, or swaps the two halves of a K pair.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "attn/attn.h"
+#include "attn/tuning.h"
+#include "dispatch/kernel_table.h"
+#include "reference/reference.h"
+#include "tests/test_util.h"
+
+namespace attn::test {
+namespace {
+
+constexpr DType kF32 = DType::kF32, kBF16 = DType::kBF16, kF16 = DType::kF16;
+
+bool Has(const std::vector<std::string>& names, const std::string& name) {
+  for (const std::string& n : names) {
+    if (n == name) return true;
+  }
+  return false;
+}
+
+// The dot paths other than widen that run here, each with the targets it
+// runs on: the emulated layer on every supported target, the instruction
+// on AVX3 only.
+struct PathTargets {
+  std::string path;
+  std::vector<std::string> targets;
+};
+std::vector<PathTargets> RealDotPaths() {
+  std::vector<PathTargets> out;
+  out.push_back({"avx512bf16-emulated", SupportedTargets()});
+  if (Has(SupportedDotPaths(), "avx512bf16")) out.push_back({"avx512bf16", {"AVX3"}});
+  return out;
+}
+
+// Restores the default target and dot path however a test ends.
+struct PathGuard {
+  ~PathGuard() {
+    ForceTarget("auto");
+    ForceDotPath("auto");
+  }
+};
+
+// The reference with |V| in place of V (ref(|V|) of the bound above).
+reference::Result ReferenceOfAbsV(OwnedProblem& o) {
+  std::vector<uint16_t> saved = o.v16;
+  for (uint16_t& bits : o.v16) bits &= 0x7FFF;
+  reference::Result r = reference::Attention(o.problem);
+  o.v16 = saved;
+  return r;
+}
+
+struct Bf16DotBound {
+  double b32 = 0, lse = 0;
+  reference::Result abs_v;
+};
+
+Bf16DotBound MakeBound(OwnedProblem& o, const reference::Result& ref) {
+  Options naive;
+  naive.kernel = KernelId::kNaive;
+  const Errors naive_err = RunAndCompare(o, ref, naive);
+  const Bound b = BoundFromNaive(naive_err, o.problem, ref);
+  return {b.out, b.lse, ReferenceOfAbsV(o)};
+}
+
+// The first element of o's outputs outside the bound, or "".
+std::string FirstViolation(const OwnedProblem& o, const reference::Result& ref,
+                           const Bf16DotBound& bound) {
+  const Problem& p = o.problem;
+  const int64_t dv = p.ValueDim();
+  size_t r = 0, l = 0;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.q_heads; ++h)
+      for (int64_t i = 0; i < p.q_len; ++i, ++l) {
+        const int64_t base = b * p.out.batch_stride + h * p.out.head_stride + i * p.out.row_stride;
+        for (int64_t c = 0; c < dv; ++c, ++r) {
+          const double got = ElementAt(p.out, base + c), want = ref.out[r];
+          const double limit = bound.b32 + std::ldexp(bound.abs_v.out[r], -8);
+          const bool ok = std::isnan(want) ? std::isnan(got) : std::fabs(got - want) <= limit;
+          if (!ok) {
+            return "out b" + std::to_string(b) + " h" + std::to_string(h) + " row " +
+                   std::to_string(i) + " col " + std::to_string(c) + ": " + std::to_string(got) +
+                   " vs reference " + std::to_string(want) + ", bound " + std::to_string(limit);
+          }
+        }
+        if (p.lse.data) {
+          const double got = p.lse.data[b * p.lse.batch_stride + h * p.lse.head_stride +
+                                        i * p.lse.row_stride];
+          const double want = ref.lse[l];
+          const bool ok = std::isinf(want) ? got == want : std::fabs(got - want) <= bound.lse;
+          if (!ok) {
+            return "lse b" + std::to_string(b) + " h" + std::to_string(h) + " row " +
+                   std::to_string(i) + ": " + std::to_string(got) + " vs " + std::to_string(want);
+          }
+        }
+      }
+  return "";
+}
+
+Shape Bf16Shape(int64_t hq, int64_t hkv, int64_t tq, int64_t tk, int64_t d, int64_t dv,
+                Causal causal, bool mask = false, Layout layout = Layout::kBHTD,
+                int64_t pad = 0, DType out = kF32) {
+  Shape s;
+  s.batch = 2;
+  s.q_heads = hq;
+  s.kv_heads = hkv;
+  s.tq = tq;
+  s.tk = tk;
+  s.d = d;
+  s.dv = dv;
+  s.causal = causal;
+  s.additive_mask = mask;
+  s.fully_masked_rows = mask ? 2 : 0;
+  s.layout = layout;
+  s.row_padding = pad;
+  s.q_type = s.k_type = s.v_type = kBF16;
+  s.out_type = out;
+  s.seed = uint64_t(hq * 1000 + tq * 31 + tk * 7 + d);
+  return s;
+}
+
+// Ragged everything (odd d, d_v and key counts, partial panels at every
+// panel width), GQA, every causal alignment, masks with fully masked rows,
+// sequence-major padded rows, bf16 output, and few-row views.
+std::vector<Shape> Bf16Shapes() {
+  return {
+      Bf16Shape(2, 1, 37, 53, 19, 11, Causal::kNone),
+      Bf16Shape(2, 2, 37, 53, 19, 11, Causal::kBottomRight, true),
+      Bf16Shape(3, 3, 41, 29, 33, 7, Causal::kTopLeft),
+      Bf16Shape(4, 2, 70, 130, 64, 64, Causal::kBottomRight, false, Layout::kBTHD, 5),
+      Bf16Shape(1, 1, 33, 33, 128, 128, Causal::kTopLeft, true, Layout::kBHTD, 0, kBF16),
+      Bf16Shape(2, 1, 65, 200, 128, 128, Causal::kNone, false, Layout::kBTHD, 3, kBF16),
+      Bf16Shape(4, 1, 3, 200, 128, 128, Causal::kBottomRight),  // narrow (decode) views
+      Bf16Shape(1, 1, 100, 1, 1, 1, Causal::kNone),             // d = 1, one key
+  };
+}
+
+class Bf16DotKernels : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(Bf16DotKernels, EveryVariantOnEveryPathAndTargetIsWithinTheBound) {
+  PathGuard guard;
+  OwnedProblem owned = MakeProblem(GetParam());
+  const reference::Result ref = reference::Attention(owned.problem);
+  const Bf16DotBound bound = MakeBound(owned, ref);
+  const std::vector<Variant> variants = KernelVariants();
+  for (const PathTargets& pt : RealDotPaths()) {
+    for (const std::string& target : pt.targets) {
+      ForceTarget(target);
+      ForceDotPath(pt.path);
+      // The streaming kernel runs the bf16 row (not silently the widened one).
+      const internal::KernelImpl& row = internal::ImplFor(KernelId::kStreaming, owned.problem);
+      ASSERT_STRNE(row.path, "") << pt.path << " " << target;
+      for (const Variant& variant : variants) {
+        SCOPED_TRACE(pt.path + " " + target + " " + variant.name);
+        owned.ClearOutputs();
+        attention(owned.problem, variant.options);
+        EXPECT_EQ(FirstViolation(owned, ref, bound), "");
+      }
+      ForceDotPath("auto");
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Bf16DotKernels, ::testing::ValuesIn(Bf16Shapes()),
+                         [](const ::testing::TestParamInfo<Shape>& info) {
+                           std::string name = info.param.Name();
+                           for (char& ch : name) {
+                             if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return name + "_" + std::to_string(info.index);
+                         });
+
+// The bound is tight enough to catch a wrong kernel: the path's own output
+// for a problem with one key fewer, or with each K pair's halves swapped
+// (a VNNI packing mistake), exceeds it on the inputs the tests use.
+TEST(Bf16DotBound, FailsForADroppedKeyOrSwappedPairHalves) {
+  PathGuard guard;
+  ForceDotPath("avx512bf16-emulated");
+  for (const Shape& s : {Bf16Shapes()[0], Bf16Shapes()[3], Bf16Shapes()[5]}) {
+    SCOPED_TRACE(s.Name());
+    OwnedProblem owned = MakeProblem(s);
+    const reference::Result ref = reference::Attention(owned.problem);
+    const Bf16DotBound bound = MakeBound(owned, ref);
+    Options streaming;
+    streaming.kernel = KernelId::kStreaming;
+    owned.ClearOutputs();
+    attention(owned.problem, streaming);
+    ASSERT_EQ(FirstViolation(owned, ref, bound), "");  // the right kernel passes
+
+    Problem dropped = owned.problem;
+    dropped.kv_len -= 1;
+    dropped.causal = Causal::kNone;  // keep every row's visible set but one key
+    if (owned.problem.causal == Causal::kNone) {
+      owned.ClearOutputs();
+      attention(dropped, streaming);
+      EXPECT_NE(FirstViolation(owned, ref, bound), "") << "a dropped key passed";
+    }
+
+    std::vector<uint16_t> saved = owned.k16;
+    for (size_t i = 0; i + 1 < owned.k16.size(); i += 2) std::swap(owned.k16[i], owned.k16[i + 1]);
+    owned.ClearOutputs();
+    attention(owned.problem, streaming);
+    owned.k16 = saved;
+    EXPECT_NE(FirstViolation(owned, ref, bound), "") << "swapped K pair halves passed";
+  }
+}
+
+// Where the CPU has the instruction, the hardware kernels equal the
+// emulated ones bit for bit: the layer is exact on normal values and all
+// the rest is the same code.
+TEST(Bf16DotHardware, EqualsTheEmulationBitForBit) {
+  if (!Has(SupportedDotPaths(), "avx512bf16")) {
+    GTEST_SKIP() << "this CPU has no AVX512-BF16 (or no AVX3): only the emulated path runs "
+                    "here, and Bf16DotKernels tests it on every target";
+  }
+  PathGuard guard;
+  ForceTarget("AVX3");
+  for (const Shape& shape : Bf16Shapes()) {
+    SCOPED_TRACE(shape.Name());
+    OwnedProblem owned = MakeProblem(shape);
+    for (const Variant& variant : KernelVariants()) {
+      if (variant.options.kernel == KernelId::kNaive || variant.options.kernel == KernelId::kBlocked)
+        continue;  // no bf16 row
+      SCOPED_TRACE(variant.name);
+      ForceDotPath("avx512bf16-emulated");
+      owned.ClearOutputs();
+      attention(owned.problem, variant.options);
+      const std::vector<float> out = owned.out, lse = owned.lse;
+      const std::vector<uint16_t> out16 = owned.out16;
+      ForceDotPath("avx512bf16");
+      owned.ClearOutputs();
+      attention(owned.problem, variant.options);
+      EXPECT_EQ(0, std::memcmp(out.data(), owned.out.data(), out.size() * sizeof(float)));
+      EXPECT_EQ(out16, owned.out16);
+      EXPECT_EQ(0, std::memcmp(lse.data(), owned.lse.data(), lse.size() * sizeof(float)));
+    }
+  }
+}
+
+// NaN and ±Inf in V reach exactly the rows that see their key (the float32
+// slow path of such tiles), as on the widened path.
+TEST(Bf16DotHostile, NonFiniteVReachesOnlyTheRowsThatSeeIt) {
+  PathGuard guard;
+  for (const PathTargets& pt : RealDotPaths()) {
+    ForceTarget(pt.targets.front() == "AVX3" ? "AVX3" : "auto");
+    ForceDotPath(pt.path);
+    Shape s = Bf16Shape(1, 1, 40, 40, 16, 8, Causal::kTopLeft);
+    OwnedProblem owned = MakeProblem(s);
+    // Key 20: value column 3 NaN, column 5 +inf (bf16 bits).
+    const int64_t key = 20;
+    owned.v16[size_t(key * owned.problem.v.row_stride + 3)] = 0x7FC0;
+    owned.v16[size_t(key * owned.problem.v.row_stride + 5)] = 0x7F80;
+    const reference::Result ref = reference::Attention(owned.problem);
+    Options streaming;
+    streaming.kernel = KernelId::kStreaming;
+    attention(owned.problem, streaming);
+    const int64_t dv = 8;
+    for (int64_t i = 0; i < s.tq; ++i) {
+      const float nan_col = ElementAt(owned.problem.out, i * owned.problem.out.row_stride + 3);
+      const float inf_col = ElementAt(owned.problem.out, i * owned.problem.out.row_stride + 5);
+      if (i < key) {  // top-left causal: row i sees keys <= i
+        EXPECT_FALSE(std::isnan(nan_col)) << pt.path << " row " << i;
+        EXPECT_TRUE(std::isfinite(inf_col)) << pt.path << " row " << i;
+        EXPECT_NEAR(nan_col, ref.out[size_t(i * dv + 3)], 1e-2) << pt.path << " row " << i;
+      } else {
+        EXPECT_TRUE(std::isnan(nan_col)) << pt.path << " row " << i;
+        EXPECT_EQ(inf_col, std::numeric_limits<float>::infinity()) << pt.path << " row " << i;
+      }
+    }
+    ForceDotPath("auto");
+  }
+}
+
+// Only all-bf16 problems take the path: an f16 input is never rounded to
+// bf16, and f32 inputs stay exact; those problems run the widened rows and
+// meet the float32 bound under every forced dot path.
+TEST(Bf16DotDispatch, OtherTypeMixesKeepTheWidenedPath) {
+  PathGuard guard;
+  ForceDotPath("avx512bf16-emulated");
+  const std::vector<std::vector<DType>> mixes = {
+      {kF16, kF16, kF16}, {kBF16, kBF16, kF16}, {kBF16, kF32, kBF16}, {kF32, kF32, kF32}};
+  for (const auto& mix : mixes) {
+    Shape s = Bf16Shape(2, 1, 37, 53, 19, 11, Causal::kBottomRight, true);
+    s.q_type = mix[0];
+    s.k_type = mix[1];
+    s.v_type = mix[2];
+    OwnedProblem owned = MakeProblem(s);
+    SCOPED_TRACE(s.Name());
+    EXPECT_STREQ(internal::ImplFor(KernelId::kStreaming, owned.problem).path, "");
+    EXPECT_STREQ(internal::ImplFor(KernelId::kParallel, owned.problem).path, "");
+    ExpectVariantsWithinNaiveBound(owned, {MakeVariant("streaming", KernelId::kStreaming, 1),
+                                           MakeVariant("parallel/t2", KernelId::kParallel, 2)});
+  }
+}
+
+TEST(Bf16DotDispatch, ForcingNamesThePathAndBadNamesAreErrors) {
+  PathGuard guard;
+  EXPECT_EQ(CurrentDotPath(), "widen");  // the default (dot_path.cc kDefaultPath)
+  EXPECT_TRUE(Has(SupportedDotPaths(), "widen"));
+  EXPECT_TRUE(Has(SupportedDotPaths(), "avx512bf16-emulated"));
+  ForceDotPath("avx512bf16-emulated");
+  EXPECT_EQ(CurrentDotPath(), "avx512bf16-emulated");
+  try {
+    ForceDotPath("amx");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "dot_path");
+    EXPECT_EQ(e.value(), "amx");
+    EXPECT_NE(std::string(e.what()).find("avx512bf16-emulated"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(CurrentDotPath(), "avx512bf16-emulated");  // unchanged by the failed call
+  // The instruction needs the AVX3 target and the CPU's AVX512-BF16.
+  ForceTarget(SupportedTargets().back());  // the lowest supported target
+  try {
+    ForceDotPath("avx512bf16");
+    FAIL() << "no error on " << CurrentTarget();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "dot_path");
+    EXPECT_NE(std::string(e.what()).find("cannot run here"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Bf16DotDispatch, ExplainNamesTheRowThatRuns) {
+  PathGuard guard;
+  OwnedProblem owned = MakeProblem(Bf16Shape(2, 1, 64, 64, 64, 64, Causal::kNone));
+  Options o;
+  o.kernel = KernelId::kStreaming;
+  EXPECT_NE(ExplainChoice(owned.problem, o).path.find("widened to float32 exactly"),
+            std::string::npos);
+  ForceDotPath("avx512bf16-emulated");
+  const std::string path = ExplainChoice(owned.problem, o).path;
+  EXPECT_NE(path.find("bf16 dot products, P rounded to bf16"), std::string::npos) << path;
+  EXPECT_NE(path.find("avx512bf16-emulated"), std::string::npos) << path;
+}
+
+}  // namespace
+}  // namespace attn::test
