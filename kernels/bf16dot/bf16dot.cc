@@ -37,8 +37,24 @@ void Bf16DotViewEmulated(const internal::HeadView& view, const Tiles& tiles) {
   emulated::Bf16DotHead(view, tiles, scratch);
 }
 
+#ifndef ATTN_HAVE_AVX512BF16_DOT
+void Bf16DotViewHardware(const internal::HeadView&, const Tiles&) {
+  // dispatch/dot_path.cc offers the hardware path only on AVX3.
+  HWY_ABORT("attn: the AVX512-BF16 layer is not compiled for target %s",
+            hwy::TargetName(HWY_TARGET));
+}
+#endif  // else defined in the avx512bf16 region below (no declaration here:
+        // GCC would take one with other target attributes for an overload)
+
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
+HWY_AFTER_NAMESPACE();
+
 #ifdef ATTN_HAVE_AVX512BF16_DOT
-HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512bf16")
+// The hardware copy, in the avx512bf16 region of bf16dot-inl.h.
+ATTN_BEGIN_AVX512BF16
+namespace attn {
+namespace HWY_NAMESPACE {
 namespace hardware {
 using Dot = Avx512Bf16Dot;
 #include "kernels/bf16dot/head-body.h"  // NOLINT: included per layer
@@ -48,14 +64,14 @@ void Bf16DotViewHardware(const internal::HeadView& view, const Tiles& tiles) {
   thread_local Bf16DotScratch scratch;
   hardware::Bf16DotHead(view, tiles, scratch);
 }
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
 HWY_POP_ATTRIBUTES
-#else
-void Bf16DotViewHardware(const internal::HeadView&, const Tiles&) {
-  // dispatch/dot_path.cc offers the hardware path only on AVX3.
-  HWY_ABORT("attn: the AVX512-BF16 layer is not compiled for target %s",
-            hwy::TargetName(HWY_TARGET));
-}
 #endif
+
+HWY_BEFORE_NAMESPACE();
+namespace attn {
+namespace HWY_NAMESPACE {
 
 internal::ParallelTarget Bf16DotTargetImpl(bool hardware) {
   return internal::ParallelTarget{int(PanelWidth()),

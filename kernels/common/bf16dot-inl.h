@@ -81,27 +81,33 @@ struct EmulatedBf16Dot {
   }
 };
 
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
+HWY_AFTER_NAMESPACE();
+
 #if HWY_TARGET == HWY_AVX3
-// The one piece of this file no CPU without AVX512-BF16 may run: every
-// function defined between these pragmas may use the instruction. Callers
-// must themselves be defined inside such a region (GCC inlines an
-// avx512bf16 function only into avx512bf16 code).
+// The one piece of this file no CPU without AVX512-BF16 may run. It lives
+// in a region of its own with the AVX3 target's attributes plus avx512bf16,
+// at file scope rather than nested in HWY_BEFORE_NAMESPACE's region (clang
+// keeps the outer target attribute of nested pushes). Callers must be
+// defined in such a region too (ATTN_BEGIN_AVX512BF16 ... HWY_POP_ATTRIBUTES):
+// neither GCC nor clang inlines an avx512bf16 function into other code.
 #define ATTN_HAVE_AVX512BF16_DOT 1
-HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512bf16")
+#define ATTN_BEGIN_AVX512BF16 HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512bf16")
+ATTN_BEGIN_AVX512BF16
+namespace attn {
+namespace HWY_NAMESPACE {
 struct Avx512Bf16Dot {
   static constexpr bool kHardware = true;
   static HWY_INLINE VPairF PairDot(VPairF acc, VPairU a, VPairU b) {
-    return VPairF{_mm512_dpbf16_ps(acc.raw, reinterpret_cast<__m512bh>(a.raw),
-                                   reinterpret_cast<__m512bh>(b.raw))};
+    return VPairF{_mm512_dpbf16_ps(acc.raw, (__m512bh)a.raw, (__m512bh)b.raw)};
   }
 };
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
 HWY_POP_ATTRIBUTES
 #else
 #undef ATTN_HAVE_AVX512BF16_DOT
 #endif
-
-}  // namespace HWY_NAMESPACE
-}  // namespace attn
-HWY_AFTER_NAMESPACE();
 
 #endif  // per-target include guard
