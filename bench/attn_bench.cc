@@ -47,6 +47,10 @@ struct Case {
   // K and V are (a 16-bit KV cache, Q and O float32).
   attn::DType qo = attn::DType::kF32;
   attn::DType kv = attn::DType::kF32;
+  // A bf16 dot-product path forced for the row (attn::ForceDotPath), e.g.
+  // "avx512bf16"; "" runs what the process has (ATTN_DOT_PATH or the
+  // default). Named "/path:<p>" before "/threads:".
+  std::string dot_path;
 
   bool Is16Bit() const { return qo != attn::DType::kF32 || kv != attn::DType::kF32; }
   std::string TypeField() const {
@@ -57,7 +61,8 @@ struct Case {
 
   std::string Name() const {
     const std::string tail = "/d:" + std::to_string(d);
-    const std::string threads_s = TypeField() + "/threads:" + std::to_string(threads);
+    const std::string threads_s = TypeField() + (dot_path.empty() ? "" : "/path:" + dot_path) +
+                                  "/threads:" + std::to_string(threads);
     const std::string heads =
         "/Hq:" + std::to_string(q_heads) + "/Hkv:" + std::to_string(kv_heads);
     switch (kind) {
@@ -96,6 +101,9 @@ std::map<int, double> g_peak_gflops;
 // Memory read bandwidth (GB/s) by thread count, measured before the first
 // decode row of that count: decode rows report GBps / this as bw_frac.
 std::map<int, double> g_read_gbps;
+// The bf16 dot-product peak (vdpbf16ps) by thread count, before the first
+// row on a dot path: those rows' peak_frac is against it.
+std::map<int, double> g_bf16dot_gflops;
 
 // One probe's result for n threads, a line on stderr ("FP32 FMA peak",
 // "GFLOP/s"; "memory read bandwidth", "GB/s").
@@ -115,6 +123,11 @@ void EnsureProbes(const Case& c) {
     const attn_bench::Peak peak = attn_bench::MeasurePeak(n);
     g_peak_gflops[n] = peak.gflops;
     ReportProbe("FP32 FMA peak", "GFLOP/s", n, peak);
+  }
+  if (!c.dot_path.empty() && !g_bf16dot_gflops.count(n)) {
+    const attn_bench::Peak peak = attn_bench::MeasureBf16DotPeak(n);
+    g_bf16dot_gflops[n] = peak.gflops;
+    ReportProbe("bf16 dot-product (vdpbf16ps) peak", "GFLOP/s", n, peak);
   }
   if (c.KvBytes() > 0.0 && !g_read_gbps.count(n)) {
     const attn_bench::Peak bw = attn_bench::MeasureReadBandwidth(n);
@@ -197,14 +210,19 @@ void SetCounters(benchmark::State& state, const Case& c, const LoopClock& clock)
       state.counters["bw_frac"] = benchmark::Counter(gbps / bw->second);
     }
   }
-  const auto peak = g_peak_gflops.find(c.threads);
-  if (peak != g_peak_gflops.end() && peak->second > 0.0) {
+  // A row on a bf16 dot-product path is held to that instruction's peak;
+  // every other row, 16-bit ones included (widened to float32 and computed
+  // with float32 FMAs), to the float32 FMA peak.
+  const std::map<int, double>& peaks = c.dot_path.empty() ? g_peak_gflops : g_bf16dot_gflops;
+  const auto peak = peaks.find(c.threads);
+  if (peak != peaks.end() && peak->second > 0.0) {
     state.counters["peak_frac"] = benchmark::Counter(gflops / peak->second);
   }
-  // Every kernel widens bf16/f16 to float32 and computes with float32 FMAs
-  // (on AVX2 there is no bf16/f16 dot-product instruction at all), so the
-  // 16-bit rows' peak_frac is against the same float32 FMA peak.
-  if (c.Is16Bit()) state.SetLabel("peak_frac vs f32 FMA peak");
+  if (!c.dot_path.empty()) {
+    state.SetLabel("peak_frac vs vdpbf16ps peak");
+  } else if (c.Is16Bit()) {
+    state.SetLabel("peak_frac vs f32 FMA peak");
+  }
 }
 
 // One input or output of a row in its element type: float32 values uniform
@@ -285,6 +303,17 @@ void RunCase(benchmark::State& state, const Case& c) {
   options.kernel = c.id;
   options.threads = c.threads;
   options.tiles.kv_block = g_kv_block;
+
+  // The row's dot path for its run only (restored however the row ends).
+  struct DotPathScope {
+    explicit DotPathScope(const std::string& path) : forced(!path.empty()) {
+      if (forced) attn::ForceDotPath(path);
+    }
+    ~DotPathScope() {
+      if (forced) attn::ForceDotPath("auto");
+    }
+    bool forced;
+  } dot_path_scope(c.dot_path);
 
   const int repeat = c.scalar ? 1 : g_slowdown;
   const LoopClock clock;
@@ -489,6 +518,31 @@ std::vector<Case> DefaultCases() {
       }
     }
   }
+  // The same all-bf16 prefill rows on each bf16 dot-product path this CPU
+  // runs in hardware ("/path:avx512bf16"; the emulated path is for tests,
+  // not timing), and T = 8192 d = 128, where the bf16 path's packing and
+  // softmax are the smallest share.
+  std::vector<std::string> dot_paths;
+  for (const std::string& path : attn::SupportedDotPaths()) {
+    if (path != "widen" && path.find("emulated") == std::string::npos) dot_paths.push_back(path);
+  }
+  for (const std::string& path : dot_paths) {
+    for (int64_t T : {int64_t{512}, int64_t{2048}, int64_t{8192}}) {
+      for (int64_t d : kD) {
+        if (T == 8192 && d != 128) continue;
+        for (bool causal : {false, true}) {
+          for (const Kernel* kern : prefill16) {
+            Case c;
+            c.T = T;
+            c.d = d;
+            c.causal = causal;
+            c.dot_path = path;
+            add16(c, *kern, attn::DType::kBF16, attn::DType::kBF16);
+          }
+        }
+      }
+    }
+  }
   // auto, all 16-bit, on every prefill shape bench/peers/compare.py runs
   // (--dtype bf16,f16): one head T in {128, ..., 8192} and H = 16 heads T in
   // {128, 512, 2048}, d in {64, 128}, causal 0/1 (its decode shapes are
@@ -628,9 +682,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "attn-bench: SIMD target %s (%zu float lanes)\n", target.c_str(), lanes);
     benchmark::AddCustomContext("attn_target", target);
     benchmark::AddCustomContext("peak_probe_lanes", std::to_string(lanes));
-    // The bf16/f16 rows' peak_frac uses the same float32 FMA peak: the
-    // kernels widen 16-bit inputs and compute in float32 on every target.
+    // The bf16/f16 rows' peak_frac uses the same float32 FMA peak (16-bit
+    // inputs widened, float32 FMAs), except the "/path:" rows: those are
+    // against their instruction's peak (bf16dot_peak_gflops in stderr).
     benchmark::AddCustomContext("peak_16bit", "f32 FMA peak (16-bit inputs widened to f32)");
+    benchmark::AddCustomContext("peak_dot_path", "the dot path's instruction peak (vdpbf16ps)");
+    benchmark::AddCustomContext("dot_path", attn::CurrentDotPath());
   }
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "hwy/highway.h"
+#include "kernels/common/bf16dot-inl.h"  // the vdpbf16ps layer (AVX3)
 
 HWY_BEFORE_NAMESPACE();
 namespace attn_bench {
@@ -79,6 +80,59 @@ float SumStreamsImpl(const float* HWY_RESTRICT p, int64_t n, int64_t streams) {
 }  // namespace attn_bench
 HWY_AFTER_NAMESPACE();
 
+// The bf16 dot-product peak: kChains independent chains of the bf16
+// kernels' instruction, acc = PairDot(acc, a, b) with a = (1, 1) and
+// b = (2^-20, -2^-20), so every step adds 2^-20 and takes it away again:
+// exact for acc near 0.5, so the chains stay put. Each instruction is
+// 4 FLOPs a float lane (two products, two sums). Only AVX3 has the
+// instruction (bf16dot-inl.h); other targets return -1 (no such peak).
+#ifdef ATTN_HAVE_AVX512BF16_DOT
+ATTN_BEGIN_AVX512BF16
+namespace attn_bench {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+float Bf16DotChainsImpl(int64_t iters, uint32_t a_pair, uint32_t b_pair) {
+  using Dot = attn::HWY_NAMESPACE::Avx512Bf16Dot;
+  const hn::ScalableTag<float> df;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const auto a = hn::Set(du, a_pair);
+  const auto b = hn::Set(du, b_pair);
+  auto c0 = hn::Set(df, 0.50f), c1 = hn::Set(df, 0.51f), c2 = hn::Set(df, 0.52f);
+  auto c3 = hn::Set(df, 0.53f), c4 = hn::Set(df, 0.54f), c5 = hn::Set(df, 0.55f);
+  auto c6 = hn::Set(df, 0.56f), c7 = hn::Set(df, 0.57f), c8 = hn::Set(df, 0.58f);
+  auto c9 = hn::Set(df, 0.59f), c10 = hn::Set(df, 0.60f), c11 = hn::Set(df, 0.61f);
+  for (int64_t i = 0; i < iters; ++i) {
+    c0 = Dot::PairDot(c0, a, b);
+    c1 = Dot::PairDot(c1, a, b);
+    c2 = Dot::PairDot(c2, a, b);
+    c3 = Dot::PairDot(c3, a, b);
+    c4 = Dot::PairDot(c4, a, b);
+    c5 = Dot::PairDot(c5, a, b);
+    c6 = Dot::PairDot(c6, a, b);
+    c7 = Dot::PairDot(c7, a, b);
+    c8 = Dot::PairDot(c8, a, b);
+    c9 = Dot::PairDot(c9, a, b);
+    c10 = Dot::PairDot(c10, a, b);
+    c11 = Dot::PairDot(c11, a, b);
+  }
+  const auto s = hn::Add(
+      hn::Add(hn::Add(hn::Add(c0, c1), hn::Add(c2, c3)), hn::Add(hn::Add(c4, c5), hn::Add(c6, c7))),
+      hn::Add(hn::Add(c8, c9), hn::Add(c10, c11)));
+  return hn::GetLane(hn::SumOfLanes(df, s));
+}
+}  // namespace HWY_NAMESPACE
+}  // namespace attn_bench
+HWY_POP_ATTRIBUTES
+#else
+HWY_BEFORE_NAMESPACE();
+namespace attn_bench {
+namespace HWY_NAMESPACE {
+float Bf16DotChainsImpl(int64_t, uint32_t, uint32_t) { return -1.0f; }
+}  // namespace HWY_NAMESPACE
+}  // namespace attn_bench
+HWY_AFTER_NAMESPACE();
+#endif
+
 #if HWY_ONCE
 #include <time.h>
 
@@ -88,6 +142,9 @@ HWY_AFTER_NAMESPACE();
 #include <thread>
 #include <vector>
 
+#include <string>
+
+#include "attn/attn.h"
 #include "bench/peak.h"
 #include "hwy/aligned_allocator.h"
 
@@ -95,6 +152,7 @@ namespace attn_bench {
 HWY_EXPORT(FmaChainsImpl);
 HWY_EXPORT(LanesImpl);
 HWY_EXPORT(SumStreamsImpl);
+HWY_EXPORT(Bf16DotChainsImpl);
 
 namespace {
 
@@ -158,22 +216,22 @@ Timing TimeConcurrent(int threads, const Work& work) {
   return timing;
 }
 
-Timing TimeChains(int threads, int64_t iters) {
-  return TimeConcurrent(threads, [iters](int) { return RunChains(iters); });
+float RunBf16DotChains(int64_t iters) {
+  volatile uint32_t a = 0x3F803F80u;  // (1, 1)
+  volatile uint32_t b = 0xB5803580u;  // (2^-20, -2^-20)
+  return HWY_DYNAMIC_DISPATCH(Bf16DotChainsImpl)(iters, a, b);
 }
 
-}  // namespace
-
-size_t PeakProbeLanes() { return HWY_DYNAMIC_DISPATCH(LanesImpl)(); }
-
-Peak MeasurePeak(int threads, double seconds, int repeats) {
+// The probe shared by both peaks: calibrate `chains(iters)` on one thread to
+// ~20 ms, then the best of `repeats` concurrent runs of `seconds` each.
+template <class Chains>
+Peak MeasureChains(int threads, double seconds, int repeats, double flops_per_iter,
+                   const Chains& chains) {
   threads = std::max(1, threads);
-  const double flops_per_iter = 2.0 * kChains * double(PeakProbeLanes());
-  // Calibrate on one thread: grow until a run takes >= 20 ms of CPU time.
   int64_t iters = 1 << 16;
   double t = 0.0;
   for (;;) {
-    t = TimeChains(1, iters).cpu[0];
+    t = TimeConcurrent(1, [&](int) { return chains(iters); }).cpu[0];
     if (t >= 0.02 || iters >= (int64_t{1} << 40)) break;
     iters *= 4;
   }
@@ -181,13 +239,33 @@ Peak MeasurePeak(int threads, double seconds, int repeats) {
   const double flops = flops_per_iter * double(iters);
   Peak best;
   for (int r = 0; r < std::max(1, repeats); ++r) {
-    const Timing timing = TimeChains(threads, iters);
+    const Timing timing = TimeConcurrent(threads, [&](int) { return chains(iters); });
     double sum = 0.0;
     for (double c : timing.cpu) sum += flops / std::max(c, 1e-9) * 1e-9;
     best.gflops = std::max(best.gflops, sum);
     best.wall_gflops = std::max(best.wall_gflops, flops * threads / timing.wall * 1e-9);
   }
   return best;
+}
+
+}  // namespace
+
+size_t PeakProbeLanes() { return HWY_DYNAMIC_DISPATCH(LanesImpl)(); }
+
+Peak MeasurePeak(int threads, double seconds, int repeats) {
+  // An FMA is 2 FLOPs a lane.
+  return MeasureChains(threads, seconds, repeats, 2.0 * kChains * double(PeakProbeLanes()),
+                       [](int64_t iters) { return RunChains(iters); });
+}
+
+Peak MeasureBf16DotPeak(int threads, double seconds, int repeats) {
+  // Only where the library itself would run the instruction: the CPU has
+  // it and the current target is AVX3 (else the probe would be SIGILL).
+  const std::vector<std::string> paths = attn::SupportedDotPaths();
+  if (std::find(paths.begin(), paths.end(), "avx512bf16") == paths.end()) return Peak();
+  // Two products and two sums a float lane.
+  return MeasureChains(threads, seconds, repeats, 4.0 * kChains * double(PeakProbeLanes()),
+                       [](int64_t iters) { return RunBf16DotChains(iters); });
 }
 
 Peak MeasureReadBandwidth(int threads, size_t bytes, int repeats) {

@@ -28,6 +28,12 @@ struct Peak {
 // best of `repeats` runs (each field maximised separately).
 Peak MeasurePeak(int threads, double seconds = 0.2, int repeats = 4);
 
+// The bf16 dot-product peak in GFLOP/s (a vdpbf16ps is 4 FLOPs a float
+// lane), measured as MeasurePeak measures FMAs; all zero when the current
+// target has no such instruction (only AVX3 on a CPU with AVX512-BF16 does;
+// attn-bench calls it only there, with attn::SupportedDotPaths()).
+Peak MeasureBf16DotPeak(int threads, double seconds = 0.2, int repeats = 4);
+
 // Memory read bandwidth in GB/s (10^9 bytes/s) of `threads` threads each
 // summing its own slice of one `bytes` buffer (default 256 MiB, beyond any
 // last-level cache here), with the kernels' SIMD target: the yardstick for
