@@ -21,11 +21,6 @@ namespace {
 constexpr DotPath kAllPaths[] = {DotPath::kWiden, DotPath::kAvx512Bf16,
                                  DotPath::kAvx512Bf16Emulated};
 
-// Without ForceDotPath or ATTN_DOT_PATH, all-bf16 problems keep the exact
-// widening path: the bf16 dot-product path rounds P to bf16 (README
-// "Precision"), a different contract from every other type mix, so it is
-// taken only on request until auto's rule and the tuner choose it.
-constexpr DotPath kDefaultPath = DotPath::kWiden;
 
 std::once_flag g_env_once;
 std::atomic<int> g_forced{-1};  // a DotPath, or -1: the default rule
@@ -103,10 +98,16 @@ bool CpuHasAvx512Bf16() {
 #endif
 }
 
+// Without ForceDotPath or ATTN_DOT_PATH: the instruction where it runs
+// (AVX512-BF16 CPU, AVX3 target), else widen. Never the emulation, which
+// is for tests (~10x slower than widening). The path rounds P to bf16
+// (README "Precision"): an all-bf16 problem asks for bf16 arithmetic, and
+// PyTorch's and oneDNN's bf16 attention round P the same way.
 DotPath ActiveDotPath() {
   InitOnce();
   const int forced = g_forced.load();
-  return forced < 0 ? kDefaultPath : static_cast<DotPath>(forced);
+  if (forced >= 0) return static_cast<DotPath>(forced);
+  return Runnable(DotPath::kAvx512Bf16, nullptr) ? DotPath::kAvx512Bf16 : DotPath::kWiden;
 }
 
 std::string DotPathDeclines(const Problem& p) {

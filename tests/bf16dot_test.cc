@@ -34,6 +34,7 @@
 #include "attn/tuning.h"
 #include "dispatch/kernel_table.h"
 #include "reference/reference.h"
+#include "tests/oracle.h"
 #include "tests/test_util.h"
 
 namespace attn::test {
@@ -231,6 +232,8 @@ TEST(Bf16DotBound, FailsForADroppedKeyOrSwappedPairHalves) {
     attention(owned.problem, streaming);
     owned.k16 = saved;
     EXPECT_NE(FirstViolation(owned, ref, bound), "") << "swapped K pair halves passed";
+    // The hostile-input oracle's analytical bound for the path rejects it too.
+    EXPECT_NE(oracle::Check(owned.problem, ref), "") << "the oracle passed swapped K halves";
   }
 }
 
@@ -324,7 +327,8 @@ TEST(Bf16DotDispatch, OtherTypeMixesKeepTheWidenedPath) {
 
 TEST(Bf16DotDispatch, ForcingNamesThePathAndBadNamesAreErrors) {
   PathGuard guard;
-  EXPECT_EQ(CurrentDotPath(), "widen");  // the default (dot_path.cc kDefaultPath)
+  // The default: the instruction where it runs, else widen; never emulated.
+  EXPECT_EQ(CurrentDotPath(), Has(SupportedDotPaths(), "avx512bf16") ? "avx512bf16" : "widen");
   EXPECT_TRUE(Has(SupportedDotPaths(), "widen"));
   EXPECT_TRUE(Has(SupportedDotPaths(), "avx512bf16-emulated"));
   ForceDotPath("avx512bf16-emulated");
@@ -354,6 +358,7 @@ TEST(Bf16DotDispatch, ExplainNamesTheRowThatRuns) {
   OwnedProblem owned = MakeProblem(Bf16Shape(2, 1, 64, 64, 64, 64, Causal::kNone));
   Options o;
   o.kernel = KernelId::kStreaming;
+  ForceDotPath("widen");
   EXPECT_NE(ExplainChoice(owned.problem, o).path.find("widened to float32 exactly"),
             std::string::npos);
   ForceDotPath("avx512bf16-emulated");

@@ -87,8 +87,34 @@ struct RowFigures {
   double m = 0.0;      // max finite |mask| over visible keys
   double sq = 0.0;     // max |scale * q_c|
   double kmax = 0.0;   // max finite |k| over visible keys
+  // max_j sum_c |q_c k_c| over the terms with a subnormal q_c or k_c: what
+  // the bf16 dot-product path's DAZ may drop from a score (below).
+  double daz = 0.0;
   bool safe = true;
 };
+
+bool IsSubnormal(float x) { return x != 0.0f && std::fabs(x) < float(kMinNormal); }
+
+// Whether the kernel may have run a bf16 dot-product path (attn.h
+// ForceDotPath): Q, K and V all bf16 and a path other than widen in force.
+// Its contract (README "Precision") differs from float32's in three ways,
+// each a term of Check's bounds:
+// - the weights are rounded to bf16 before P·V: each off by at most 2^-9
+//   relative, so the output by 2^-9 Σ p_j |v_j| <= 2^-9 max|V| (rel gets
+//   2^-8, twice that);
+// - DAZ: a subnormal bf16 q_c, k_c or v is read as 0 (the instruction
+//   ignores MXCSR): a score loses at most scale·daz, an output at most
+//   2^-126 (a convex combination of V values each moved <= 2^-126);
+// - FTZ: a subnormal product or partial sum becomes 0: each score's d pair
+//   steps lose at most 2·d·2^-126 before the scale, each output's T_k
+//   steps 2·T_k·2^-126 before the normalisation by a sum >= 1.
+// A subnormal q_c read as 0 against an infinite k_c gives 0·inf = NaN
+// where the reference has ±inf (and the other way round): such rows are
+// outside the contract, as the float32 kernels' folded-scale case is.
+bool DotPathMayRun(const Problem& p) {
+  return p.q.dtype == DType::kBF16 && p.k.dtype == DType::kBF16 && p.v.dtype == DType::kBF16 &&
+         CurrentDotPath() != "widen";
+}
 
 RowFigures Figures(const Problem& p, int64_t b, int64_t h, int64_t i) {
   RowFigures f;
@@ -99,6 +125,7 @@ RowFigures Figures(const Problem& p, int64_t b, int64_t h, int64_t i) {
   // 0 * inf = NaN, where the reference has scale * (+-inf) = +-inf.
   bool q_underflows = false;
   bool k_infinite = false;
+  bool daz_meets_inf = false;  // a subnormal against an infinity (dot path)
   for (int64_t c = 0; c < p.head_dim; ++c) {
     if (std::isfinite(q[c])) f.sq = std::max(f.sq, scale * std::fabs(double(q[c])));
     q_underflows |= q[c] != 0.0f && p.Scale() != 0.0f && p.Scale() * q[c] == 0.0f;
@@ -106,14 +133,18 @@ RowFigures Figures(const Problem& p, int64_t b, int64_t h, int64_t i) {
   for (int64_t j = 0; j < p.kv_len; ++j) {
     if (!CausallyVisible(p, i, j)) continue;
     const Row k = KRow(p, b, h, j);
-    double sum = 0.0;
+    double sum = 0.0, daz = 0.0;
     for (int64_t c = 0; c < p.head_dim; ++c) {
       const double t = std::fabs(double(q[c]) * double(k[c]));
       if (std::isfinite(t)) sum += t;
+      if (std::isfinite(t) && (IsSubnormal(q[c]) || IsSubnormal(k[c]))) daz += t;
+      daz_meets_inf |= (IsSubnormal(q[c]) && std::isinf(k[c])) ||
+                       (IsSubnormal(k[c]) && std::isinf(q[c]));
       if (std::isfinite(k[c])) f.kmax = std::max(f.kmax, std::fabs(double(k[c])));
       k_infinite |= std::isinf(k[c]);
     }
     f.s = std::max(f.s, sum);
+    f.daz = std::max(f.daz, daz);
     if (p.mask.data) {
       const float m = MaskAt(p, b, h, i, j);
       if (std::isfinite(m)) f.m = std::max(f.m, std::fabs(double(m)));
@@ -121,7 +152,8 @@ RowFigures Figures(const Problem& p, int64_t b, int64_t h, int64_t i) {
   }
   f.a = scale * f.s;
   f.safe = f.s < kSafe && f.a < kSafe && f.a + f.m < kSafe && f.sq < kSafe &&
-           MaxAbsV(p, b, h) * double(p.kv_len) < kSafe && !(q_underflows && k_infinite);
+           MaxAbsV(p, b, h) * double(p.kv_len) < kSafe && !(q_underflows && k_infinite) &&
+           !(daz_meets_inf && DotPathMayRun(p));
   return f;
 }
 
@@ -154,12 +186,19 @@ std::string Check(const Problem& p, const reference::Result& ref) {
         const double score_err = (d + 4) * kU * f.a + 4 * kU * (f.a + f.m) +
                                  2 * d * kDenormStep * (f.kmax + std::fabs(double(p.Scale())) + 1) +
                                  d * kMinNormal * kU;
-        const double delta = 2 * score_err;
+        // The bf16 dot-product path's terms (DotPathMayRun).
+        const bool dot = DotPathMayRun(p);
+        const double dot_score_err =
+            dot ? std::fabs(double(p.Scale())) * (f.daz + 2 * d * kMinNormal) : 0.0;
+        const double delta = 2 * (score_err + dot_score_err);
         const double rel = 2 * (std::exp(delta) * (1 + kEpsExp) - 1) +
-                           double(p.kv_len) * (kEpsExp + 2 * kU) + 16 * kU;
+                           double(p.kv_len) * (kEpsExp + 2 * kU) + 16 * kU +
+                           (dot ? 1.0 / 256 : 0.0);
         // (V all zero: out is exactly 0 however wrong the weights, even
         // when rel is infinite.)
-        const double bound_out = (max_v == 0.0 ? 0.0 : rel * max_v) + 4 * double(p.kv_len) * kDenormStep;
+        const double bound_out = (max_v == 0.0 ? 0.0 : rel * max_v) +
+                                 4 * double(p.kv_len) * kDenormStep +
+                                 (dot ? (2 * double(p.kv_len) + 1) * kMinNormal : 0.0);
         const double want_lse = ref.lse[l];
 
         for (int64_t c = 0; c < dv; ++c, ++r) {

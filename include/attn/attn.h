@@ -281,11 +281,12 @@ void ForceTarget(const std::string& name);
 // ---- bf16 dot-product paths ------------------------------------------------
 // How the SIMD kernels multiply when Q, K and V are all bf16 (any output
 // type). Every other type mix is widened exactly to float32.
-//   "widen"                the same exact widening (the default);
+//   "widen"                the same exact widening;
 //   "avx512bf16"           AVX512-BF16's vdpbf16ps (AVX3 target, a CPU with
 //                          the instruction): bf16 products accumulated in
 //                          float32, softmax in float32, the weights P
 //                          rounded to bf16 before P·V (README "Precision");
+//                          the default where it runs, else widen;
 //   "avx512bf16-emulated"  the same kernels over a portable emulation of the
 //                          instruction, bit-exact on normal values, on any
 //                          target and CPU: what tests run where the
@@ -294,7 +295,8 @@ void ForceTarget(const std::string& name);
 std::vector<std::string> DotPaths();           // every name above
 std::vector<std::string> SupportedDotPaths();  // those that can run here now
 std::string CurrentDotPath();                  // the path in force
-// Forces a path for the whole process ("" or "auto": the default). Throws
+// Forces a path for the whole process ("" or "auto": the default, never the
+// emulation; "widen" turns the bf16 paths off). Throws
 // Error (field "dot_path") for an unknown name or one that cannot run here.
 // The environment variable ATTN_DOT_PATH is applied the same way at first use.
 void ForceDotPath(const std::string& name);
