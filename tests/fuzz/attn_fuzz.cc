@@ -6,7 +6,9 @@
 // mask (dense, broadcast, column-broadcast), lse (dense, interleaved or
 // none), scale (default, 0, negative, tiny, huge, NaN, Inf), values of any
 // magnitude (denormal to 3e38) with NaN/+-Inf/-0/extremes injected, tile
-// overrides, a SIMD target, and sometimes one hostile mutation: a size of
+// overrides, a SIMD target, a bf16 dot-product path (widen, the emulated
+// instruction, or the instruction where this CPU has it; it matters only
+// for all-bf16 problems), and sometimes one hostile mutation: a size of
 // 0, negative or huge (byte count over int64), a bad stride, a null
 // pointer, kv_heads not dividing q_heads, an output overlapping an input
 // (or exactly adjacent to it, which is valid), negative threads/tiles.
@@ -95,6 +97,7 @@ void Dump(const char* name, const void* data, DType type, int64_t B, int64_t H, 
   std::fprintf(stderr, "attn-fuzz FAILURE: %s\n  problem: %s\n  kernel %s threads %d tiles %d/%d/%d target %s\n",
                what.c_str(), Describe(p).c_str(), KernelName(o.kernel), o.threads, o.tiles.q_block,
                o.tiles.kv_block, o.tiles.kv_splits, CurrentTarget().c_str());
+  std::fprintf(stderr, "  dot path %s\n", CurrentDotPath().c_str());
   if (std::getenv("ATTN_FUZZ_DUMP")) {  // the whole problem, to reproduce it
     const int64_t dv = p.ValueDim();
     Dump("q", p.q.data, p.q.dtype, p.batch, p.q_heads, p.q_len, p.head_dim, p.q.batch_stride, p.q.head_stride, p.q.row_stride);
@@ -473,6 +476,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string& target = compiled[in.ConsumeIntegralInRange<size_t>(0, compiled.size() - 1)];
   const bool here = std::find(supported.begin(), supported.end(), target) != supported.end();
   ForceTarget(here ? target : "auto");
+  // The dot path from a hash of the whole input, not from its bytes, so the
+  // corpus decodes into the same problems as before the paths existed:
+  // widen, the emulated instruction, or the instruction (the emulated one
+  // where this CPU or target cannot run it: the same arithmetic).
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  for (size_t i = 0; i < size; ++i) hash = (hash ^ data[i]) * 1099511628211ull;
+  const std::vector<std::string> paths = SupportedDotPaths();
+  const char* const kPaths[] = {"widen", "avx512bf16-emulated", "avx512bf16"};
+  const std::string path = kPaths[hash % 3];
+  ForceDotPath(std::find(paths.begin(), paths.end(), path) != paths.end() ? path
+                                                                          : "avx512bf16-emulated");
+  struct RestoreDefaults {
+    ~RestoreDefaults() {
+      ForceDotPath("auto");
+      ForceTarget("auto");
+    }
+  } restore;
 
   Decoded x;
   std::vector<Options> runs = KernelRuns(in);

@@ -1,0 +1,55 @@
+"""The bf16 dot-product paths (README "Precision"): naming, forcing, and
+all-bf16 attention on each path within its bound against the float64
+reference of the same bf16 values, and the bound failing for a wrong result."""
+import numpy as np
+import pytest
+
+import attn
+from test_attention import reference
+from test_dtypes import check, dtype, f64, rand
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(99)
+
+
+@pytest.fixture
+def restore():
+    yield
+    attn.force_dot_path("auto")
+    attn.force_target("auto")
+
+
+def test_names_and_the_default(restore):
+    assert attn.dot_paths() == ["widen", "avx512bf16", "avx512bf16-emulated"]
+    supported = attn.supported_dot_paths()
+    assert "widen" in supported and "avx512bf16-emulated" in supported
+    # The default: the instruction where it runs, never the emulation.
+    assert attn.current_dot_path() == ("avx512bf16" if "avx512bf16" in supported else "widen")
+    attn.force_dot_path("avx512bf16-emulated")
+    assert attn.current_dot_path() == "avx512bf16-emulated"
+    with pytest.raises(attn.Error, match="dot path must be one of"):
+        attn.force_dot_path("amx")
+    assert attn.current_dot_path() == "avx512bf16-emulated"
+
+
+@pytest.mark.parametrize("path", ["widen", "avx512bf16-emulated", "avx512bf16"])
+@pytest.mark.parametrize("kernel", ["streaming", "parallel", "auto"])
+@pytest.mark.parametrize("causal", [False, "top_left", "bottom_right"])
+def test_every_path_is_within_its_bound(rng, restore, path, kernel, causal):
+    if path not in attn.supported_dot_paths():
+        pytest.skip(f"{path} cannot run on this CPU ({attn.current_target()})")
+    attn.force_dot_path(path)
+    q, k, v = (rand(rng, (2, 4, 37, 40), "bf16"), rand(rng, (2, 2, 53, 40), "bf16"),
+               rand(rng, (2, 2, 53, 24), "bf16"))
+    got = attn.attention(q, k, v, causal=causal, kernel=kernel, out_dtype=np.float32)
+    want = reference(f64(q), f64(k), f64(v), causal=causal)[0]
+    abs_v = reference(f64(q), f64(k), np.abs(f64(v)), causal=causal)[0]
+    check(got, want, v, "f32", None if path == "widen" else abs_v)
+    # A kernel that skipped the first key exceeds the same bound.
+    wrong = reference(f64(q), f64(k[:, :, 1:]), f64(v[:, :, 1:]),
+                      causal="bottom_right" if causal == "bottom_right" else False)[0]
+    if causal is False:
+        with pytest.raises(AssertionError, match="exceeds the bound"):
+            check(got, wrong, v, "f32", None if path == "widen" else abs_v)
