@@ -3,7 +3,7 @@
 # kernel. Not run by .ci/run (each builds the library once more); see
 # README.md, "Reliability".
 #
-#   .ci/planted_bug.sh [tail|memory|dtype] [--keep]      (default: tail)
+#   .ci/planted_bug.sh [tail|memory|dtype|arm] [--keep]  (default: tail)
 #
 # tail    .ci/planted/tail-off-by-one.patch (issue 7): the tail block of
 #         ForEachRowBlock (kernels/common/microkernels-inl.h) gets one row
@@ -20,6 +20,12 @@
 #         kernels' widening of bf16 / f16 key tiles (kernels/common/
 #         widen-inl.h) drops the columns past the last whole vector. Release
 #         build; tests/dtype_test must fail (the ragged-d shapes).
+# arm     .ci/planted/fp16-sign-dropped.patch (issue 8): WidenScalar's
+#         native-__fp16 branch (kernels/common/widen-inl.h), which only
+#         aarch64 compiles, drops the sign. Release cross build for aarch64
+#         as .ci/arm.sh's (cmake/aarch64-linux-gnu.cmake; run .ci/arm.sh once
+#         first, it installs the toolchain); tests/dtype_test, run under
+#         qemu-aarch64, must fail (every kernel with an f16 input).
 #
 # Each: copies the committed tree (git archive HEAD) to a temporary
 # directory, applies the patch there (never to the tree), builds the one
@@ -35,12 +41,13 @@ keep=0
 for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
-    tail|memory|dtype) case=$arg ;;
-    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype] [--keep]" >&2; exit 2 ;;
+    tail|memory|dtype|arm) case=$arg ;;
+    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm] [--keep]" >&2; exit 2 ;;
   esac
 done
 configure=(-DCMAKE_BUILD_TYPE=Release)  # the README's build, unless the case says otherwise
 compilers=()
+runner=()  # what runs the test binary (an emulator for a cross build)
 how="Release build"
 case "$case" in
   tail)
@@ -51,6 +58,16 @@ case "$case" in
     how="ASan+UBSan build" ;;
   dtype) patch=.ci/planted/widen-tail-dropped.patch test=dtype_test filter='Combos/DTypeKernels.*' ;;
   memory) patch=.ci/planted/per-key-scratch.patch test=memory_test filter='Memory.*65536*' ;;
+  arm)
+    patch=.ci/planted/fp16-sign-dropped.patch test=dtype_test filter='*'
+    # Relative: cmake finds it in the copied source tree.
+    configure+=(-DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake)
+    runner=(env "QEMU_CPU=${QEMU_CPU:-max}" qemu-aarch64 -L /)
+    how="aarch64 cross build (run under qemu-aarch64)"
+    for tool in aarch64-linux-gnu-g++ qemu-aarch64; do
+      command -v "$tool" >/dev/null ||
+        { echo "planted_bug: cannot run: no $tool (run .ci/arm.sh once: it installs it)"; exit 2; }
+    done ;;
 esac
 start=$SECONDS
 say() { echo "planted_bug: $* (at $((SECONDS - start)) s)"; }
@@ -74,7 +91,7 @@ say "running $test --gtest_filter=$filter"
 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 OMP_NUM_THREADS=2 ATTN_TUNING_FILE= \
-  "$tmp/build/tests/$test" --gtest_filter="$filter" >"$tmp/test.log" 2>&1
+  "${runner[@]}" "$tmp/build/tests/$test" --gtest_filter="$filter" >"$tmp/test.log" 2>&1
 rc=$?
 say "$test exited with $rc"
 

@@ -412,6 +412,37 @@ HWY_NOINLINE void TestLoadWide() {
   EXPECT_EQ(bad, 0) << ThisTarget();
 }
 
+// WidenScalar (widen-inl.h, the scalar edges of the widening loops) on every
+// bf16 and f16 bit pattern equals the scalar widening of convert.h, sign,
+// inf, NaN and subnormals included. Where hwy::float16_t is the native
+// __fp16 (aarch64) it converts in hardware, elsewhere from the bits.
+HWY_NOINLINE void TestWidenScalar() {
+  int bad = 0;
+  for (uint32_t i = 0; i < 65536; ++i) {
+    const uint16_t h = uint16_t(i);
+    for (int type = 0; type < 2; ++type) {
+      float got;
+      if (type == 0) {
+        hwy::float16_t x;
+        memcpy(&x, &h, sizeof x);
+        got = WidenScalar(&x);
+      } else {
+        hwy::bfloat16_t x;
+        memcpy(&x, &h, sizeof x);
+        got = WidenScalar(&x);
+      }
+      const float want = type == 0 ? internal::FloatFromF16(h) : internal::FloatFromBF16(h);
+      const bool same = std::isnan(want) ? std::isnan(got)
+                                         : (got == want && std::signbit(got) == std::signbit(want));
+      if (!same && ++bad <= 5) {
+        ADD_FAILURE() << ThisTarget() << (type == 0 ? " f16 " : " bf16 ") << "bits 0x" << std::hex
+                      << h << std::dec << ": WidenScalar " << got << ", want " << want;
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << ThisTarget();
+}
+
 HWY_NOINLINE void TestExpNonPositive() {
   const DF df;
   const size_t N = hn::Lanes(df);
@@ -583,6 +614,7 @@ namespace attn {
 HWY_BEFORE_TEST(Blocks);
 HWY_EXPORT_AND_TEST_P(Blocks, TestExpNonPositive);
 HWY_EXPORT_AND_TEST_P(Blocks, TestLoadWide);
+HWY_EXPORT_AND_TEST_P(Blocks, TestWidenScalar);
 HWY_EXPORT_AND_TEST_P(Blocks, TestForEachRowBlock);
 HWY_EXPORT_AND_TEST_P(Blocks, TestFinishPanel);
 HWY_EXPORT_AND_TEST_P(Blocks, TestSumFourPerBlock);

@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "attn/attn.h"  // DType
 #include "hwy/highway.h"
 #include "kernels/common/convert.h"
@@ -87,15 +89,39 @@ HWY_INLINE hn::Vec<D> LoadWide(D d, const T* HWY_RESTRICT p) {
   }
 }
 
-// One element, widened (the scalar edges of the vector loops).
+// The 16 bits of a bf16 / f16 element. Highway 1.0.3's bfloat16_t is
+// always struct { uint16_t bits; }, but its float16_t is that struct only
+// where the compiler has no half type: on aarch64 (GCC) it is the native
+// __fp16, which has no .bits, so a native type's two bytes are copied. The
+// struct form keeps reading .bits: the same load, and x86's object code
+// stays byte for byte what it was (a memcpy there shifted register
+// allocation in the kernels around it).
+template <typename T>
+HWY_INLINE uint16_t Bits16(const T* HWY_RESTRICT p) {
+  static_assert(sizeof(T) == 2, "a 16-bit element type");
+  if constexpr (std::is_class<T>::value) {
+    return p->bits;
+  } else {
+    uint16_t bits;
+    hwy::CopySameSize(p, &bits);
+    return bits;
+  }
+}
+
+// One element, widened (the scalar edges of the vector loops). A native
+// half type (hwy::float16_t as __fp16 on aarch64) converts in hardware
+// (fcvt: exact, inf and NaN kept, subnormals exact), as its vector PromoteTo
+// does; the struct form is decoded from its bits (convert.h).
 template <typename T>
 HWY_INLINE float WidenScalar(const T* HWY_RESTRICT p) {
   if constexpr (hwy::IsSame<T, float>()) {
     return *p;
   } else if constexpr (hwy::IsSame<T, hwy::bfloat16_t>()) {
-    return internal::FloatFromBF16(p->bits);
+    return internal::FloatFromBF16(Bits16(p));
+  } else if constexpr (!std::is_class<T>::value) {  // native __fp16
+    return static_cast<float>(*p);
   } else {
-    return internal::FloatFromF16(p->bits);
+    return internal::FloatFromF16(Bits16(p));
   }
 }
 
