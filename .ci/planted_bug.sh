@@ -3,7 +3,7 @@
 # kernel. Not run by .ci/run (each builds the library once more); see
 # README.md, "Reliability".
 #
-#   .ci/planted_bug.sh [tail|memory|dtype|arm] [--keep]  (default: tail)
+#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge] [--keep]  (default: tail)
 #
 # tail    .ci/planted/tail-off-by-one.patch (issue 7): the tail block of
 #         ForEachRowBlock (kernels/common/microkernels-inl.h) gets one row
@@ -26,6 +26,15 @@
 #         as .ci/arm.sh's (cmake/aarch64-linux-gnu.cmake; run .ci/arm.sh once
 #         first, it installs the toolchain); tests/dtype_test, run under
 #         qemu-aarch64, must fail (every kernel with an f16 input).
+# vnni    .ci/planted/vnni-halves-swapped.patch (issue 23): the bf16
+#         dot-product kernels' V pair packing (kernels/bf16dot/pack-inl.h)
+#         puts each pair's rows in the wrong halves. Release build;
+#         tests/bf16dot_test (Bf16DotKernels, emulated on every target) must
+#         fail.
+# bf16edge .ci/planted/bf16-odd-key-dropped.patch (issue 23): the bf16
+#         dot-product kernel mixes keys/2 key pairs of a tile instead of
+#         (keys + 1)/2, losing the last key of odd tiles and causal panels.
+#         Release build; tests/bf16dot_test must fail.
 #
 # Each: copies the committed tree (git archive HEAD) to a temporary
 # directory, applies the patch there (never to the tree), builds the one
@@ -41,8 +50,8 @@ keep=0
 for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
-    tail|memory|dtype|arm) case=$arg ;;
-    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm] [--keep]" >&2; exit 2 ;;
+    tail|memory|dtype|arm|vnni|bf16edge) case=$arg ;;
+    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge] [--keep]" >&2; exit 2 ;;
   esac
 done
 configure=(-DCMAKE_BUILD_TYPE=Release)  # the README's build, unless the case says otherwise
@@ -58,6 +67,8 @@ case "$case" in
     how="ASan+UBSan build" ;;
   dtype) patch=.ci/planted/widen-tail-dropped.patch test=dtype_test filter='Combos/DTypeKernels.*' ;;
   memory) patch=.ci/planted/per-key-scratch.patch test=memory_test filter='Memory.*65536*' ;;
+  vnni) patch=.ci/planted/vnni-halves-swapped.patch test=bf16dot_test filter='Shapes/Bf16DotKernels.*' ;;
+  bf16edge) patch=.ci/planted/bf16-odd-key-dropped.patch test=bf16dot_test filter='Shapes/Bf16DotKernels.*' ;;
   arm)
     patch=.ci/planted/fp16-sign-dropped.patch test=dtype_test filter='*'
     # Relative: cmake finds it in the copied source tree.
