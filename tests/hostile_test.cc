@@ -3,9 +3,11 @@
 // sizes whose byte counts overflow and outputs overlapping inputs. Every
 // valid case runs on every kernel configuration x every SIMD target this
 // CPU supports and is checked by tests/oracle.h against the float64
-// reference: NaN exactly where the reference has NaN, fully masked rows
-// exactly 0 / -inf, finite values within the analytical bound. Invalid
-// cases must throw attn::Error naming the field, with nothing written.
+// reference: NaN exactly where the reference has NaN (but where +-Inf in V
+// meets a weight that float64 underflows and float32 may not, that Inf or
+// NaN), fully masked rows exactly 0 / -inf, finite values within the
+// analytical bound. Invalid cases must throw attn::Error naming the field,
+// with nothing written.
 // The README's "Reliability" section lists each case with its outcome.
 #include <gtest/gtest.h>
 
@@ -392,6 +394,173 @@ TEST(Hostile, NarrowPathFollowsTheSameNonFiniteRules) {
         EXPECT_GE(Kinds(o.problem).finite, 2 * (tq - 1));
         ExpectEveryKernelMatches(o);
       }
+    }
+  }
+}
+
+// ---- +-Inf in V at a key whose weight underflows in one precision only -----
+
+// A problem built by hand (one head, float32, no mask): q rows all `q_row`,
+// key j `k_rows[j]`, V[j] = (1 + j, 2 + j), scale 1.
+struct HandProblem {
+  std::vector<float> q, k, v, out;
+  Problem problem;
+  HandProblem(int64_t tq, const std::vector<std::vector<float>>& k_rows,
+              const std::vector<float>& q_row) {
+    const int64_t tk = int64_t(k_rows.size()), d = int64_t(q_row.size()), dv = 2;
+    for (int64_t i = 0; i < tq; ++i) q.insert(q.end(), q_row.begin(), q_row.end());
+    for (const auto& row : k_rows) k.insert(k.end(), row.begin(), row.end());
+    for (int64_t j = 0; j < tk; ++j) {
+      v.push_back(1.0f + float(j));
+      v.push_back(2.0f + float(j));
+    }
+    out.assign(size_t(tq * dv), kNaN);
+    problem.q_len = tq;
+    problem.kv_len = tk;
+    problem.head_dim = d;
+    problem.value_dim = dv;
+    problem.scale = 1.0f;
+    problem.q = DenseBHTD(q.data(), 1, tq, d);
+    problem.k = DenseBHTD(k.data(), 1, tk, d);
+    problem.v = DenseBHTD(v.data(), 1, tk, dv);
+    problem.out = DenseBHTD(out.data(), 1, tq, dv);
+  }
+  float& V(int64_t j, int64_t c) { return v[size_t(j * 2 + c)]; }
+};
+
+// Every variant, plus the streaming and parallel kernels with one key a
+// tile (their running max then grows key by key), on every target: each
+// result must pass the oracle; `each(where, out)` sees it too.
+void ForEachKernelResult(HandProblem& hp,
+                         const std::function<void(const std::string&, const std::vector<float>&)>&
+                             each) {
+  std::vector<Variant> variants = Variants();
+  variants.push_back(MakeVariant("streaming/kv1", KernelId::kStreaming, 1, {0, 1, 0}));
+  variants.push_back(MakeVariant("parallel/t2/kv1", KernelId::kParallel, 2, {0, 1, 0}));
+  const reference::Result ref = reference::Attention(hp.problem);
+  for (const std::string& target : SupportedTargets()) {
+    ForceTarget(target);
+    for (const Variant& variant : variants) {
+      const std::string where = target + " " + variant.name;
+      SCOPED_TRACE(where);
+      std::fill(hp.out.begin(), hp.out.end(), kNaN);
+      ASSERT_NO_THROW(attention(hp.problem, variant.options));
+      EXPECT_EQ(oracle::Check(hp.problem, ref), "");
+      each(where, hp.out);
+    }
+  }
+  ForceTarget("auto");
+}
+
+// The oracle's verdict on the kernel output `out` with column `col` of
+// every row replaced by `value`.
+std::string VerdictWith(HandProblem& hp, const std::vector<float>& out, int64_t col,
+                        float value) {
+  const reference::Result ref = reference::Attention(hp.problem);
+  hp.out = out;
+  for (size_t e = size_t(col); e < hp.out.size(); e += 2) hp.out[e] = value;
+  return oracle::Check(hp.problem, ref);
+}
+
+// Issue 29 (tests/fuzz/corpus/crash-f7833006...): scores of ~1e18 that
+// float64 tells apart and float32 does not. q = (1e9, 1), keys (1e9, 0),
+// (1e9, -768), (1e9, 0): in float64 key 1 scores 768 below the others, so
+// its weight e^-768 underflows to exactly 0, and with V[1][0] = +inf the
+// reference's 0 * inf is NaN. In float32 the three scores are the one float
+// nearest 1e18 (768 is far below its ulp, 2^36), each weight is 1/3, and
+// every kernel gives +inf: the exact result (e^-768 > 0), which the oracle
+// accepts in place of the reference's NaN. NaN is accepted too (the
+// reference's own answer); a finite value or -inf is not. Nor is +inf where
+// the NaN has another cause: NaN in V, or -inf at a key of positive weight.
+TEST(Hostile, InfInVAtAKeyWhoseWeightUnderflowsOnlyInFloat64) {
+  const std::vector<std::vector<float>> keys = {{1e9f, 0.0f}, {1e9f, -768.0f}, {1e9f, 0.0f}};
+  HandProblem hp(/*tq=*/3, keys, {1e9f, 1.0f});
+  hp.V(1, 0) = kInf;
+  const reference::Result ref = reference::Attention(hp.problem);
+  const reference::HeadStages st = reference::Stages(hp.problem, 0, 0);
+  ASSERT_EQ(st.weights[1], 0.0);  // row 0, key 1: underflowed in float64
+  ASSERT_GT(st.weights[0], 0.4);
+  for (int64_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(std::isnan(ref.out[size_t(i * 2)]));
+    EXPECT_TRUE(std::isfinite(ref.out[size_t(i * 2 + 1)]));
+  }
+  std::vector<float> kernel_out;
+  ForEachKernelResult(hp, [&](const std::string&, const std::vector<float>& out) {
+    for (int64_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(out[size_t(i * 2)], kInf) << "row " << i;
+      EXPECT_TRUE(std::isfinite(out[size_t(i * 2 + 1)])) << "row " << i;
+    }
+    kernel_out = out;
+  });
+  ASSERT_FALSE(kernel_out.empty());
+  EXPECT_EQ(VerdictWith(hp, kernel_out, 0, kInf), "");
+  EXPECT_EQ(VerdictWith(hp, kernel_out, 0, kNaN), "");
+  for (float wrong : {-kInf, 1.0f, 3.0f, 3.4e38f, -3.4e38f}) {
+    SCOPED_TRACE(wrong);
+    EXPECT_NE(VerdictWith(hp, kernel_out, 0, wrong), "");
+  }
+  {
+    SCOPED_TRACE("NaN in V[1][0]: NaN in every precision");
+    hp.V(1, 0) = kNaN;
+    EXPECT_NE(VerdictWith(hp, kernel_out, 0, kInf), "");
+    EXPECT_EQ(VerdictWith(hp, kernel_out, 0, kNaN), "");
+    hp.V(1, 0) = kInf;
+  }
+  {
+    SCOPED_TRACE("-inf in V[0][0], weight 1/2: inf - inf");
+    hp.V(0, 0) = -kInf;
+    EXPECT_NE(VerdictWith(hp, kernel_out, 0, kInf), "");
+    EXPECT_NE(VerdictWith(hp, kernel_out, 0, -kInf), "");
+    EXPECT_EQ(VerdictWith(hp, kernel_out, 0, kNaN), "");
+    ForEachKernelResult(hp, [&](const std::string&, const std::vector<float>& out) {
+      for (int64_t i = 0; i < 3; ++i) EXPECT_TRUE(std::isnan(out[size_t(i * 2)])) << "row " << i;
+    });
+  }
+}
+
+// The same at ordinary magnitudes, where float32's scores are exact: key j
+// scores 80 j (q = 1, k_j = 80 j, 12 keys), V[0][0] = +inf. Key 0's weight is
+// e^-880: 0 in float64 (reference NaN) and in a float32 e^(s - max) alike,
+// so the naive and blocked kernels and the default tiles give NaN. But with
+// one key a tile the streaming and parallel kernels' running max grows by
+// 80 at a time: key 0 enters with weight 1, and each rescale e^-80 > 0 keeps
+// inf * e^-80 = inf. Both are accepted. A single step of 200 on the way up
+// (scores 0, 80, 160, 360, ...) makes a rescale e^-200 = 0 in float32 on
+// every kernel and tiling: NaN everywhere, and the oracle rejects +inf.
+TEST(Hostile, InfInVSurvivesTileRescalesThatUnderflowInFloat64) {
+  for (int64_t tq : {1, 20}) {  // the narrow path; panels on every target
+    SCOPED_TRACE("T_q " + std::to_string(tq));
+    for (float jump : {80.0f, 200.0f}) {
+      SCOPED_TRACE("jump " + std::to_string(jump));
+      std::vector<std::vector<float>> keys;
+      for (int j = 0; j < 12; ++j) {
+        keys.push_back({80.0f * float(j) + (j >= 3 ? jump - 80.0f : 0.0f)});
+      }
+      HandProblem hp(tq, keys, {1.0f});
+      hp.V(0, 0) = kInf;
+      const reference::Result ref = reference::Attention(hp.problem);
+      for (int64_t i = 0; i < tq; ++i) ASSERT_TRUE(std::isnan(ref.out[size_t(i * 2)]));
+      bool some_inf = false;
+      std::vector<float> kernel_out;
+      ForEachKernelResult(hp, [&](const std::string& where, const std::vector<float>& out) {
+        const bool one_key_tiles = where.find("kv1") != std::string::npos;
+        for (int64_t i = 0; i < tq; ++i) {
+          const float x = out[size_t(i * 2)];
+          if (jump > 100.0f || !one_key_tiles) {
+            EXPECT_TRUE(std::isnan(x)) << "row " << i << ": " << x;
+          } else {
+            EXPECT_EQ(x, kInf) << "row " << i;
+          }
+          some_inf |= std::isinf(x);
+        }
+        kernel_out = out;
+      });
+      EXPECT_EQ(some_inf, jump < 100.0f);
+      ASSERT_FALSE(kernel_out.empty());
+      EXPECT_EQ(VerdictWith(hp, kernel_out, 0, kInf) == "", jump < 100.0f);
+      EXPECT_NE(VerdictWith(hp, kernel_out, 0, -kInf), "");
+      EXPECT_NE(VerdictWith(hp, kernel_out, 0, 1.0f), "");
+      EXPECT_EQ(VerdictWith(hp, kernel_out, 0, kNaN), "");
     }
   }
 }

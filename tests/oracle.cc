@@ -4,6 +4,7 @@
 #include <cmath>
 #include <iomanip>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -17,6 +18,10 @@ constexpr double kMinNormal = 1.1754943508222875e-38;  // 2^-126
 constexpr double kDenormStep = 1.401298464324817e-45;  // 2^-149
 constexpr double kSafe = 1e37;
 constexpr double kInf = std::numeric_limits<double>::infinity();
+// Below x = -104, float32's e^x is 0: e^-103.98 < 2^-150, half the smallest
+// subnormal, so any float32 exp rounds it to 0 (the kernels' ExpNonPositive
+// already gives 0 below x·log2 e = -126, x = -87.3; std::exp at -103.97).
+constexpr double kFloat32ExpZero = 104.0;
 
 // One row of a tensor of any element type, read as float (exact: every
 // bf16 / f16 value is a float).
@@ -157,6 +162,79 @@ RowFigures Figures(const Problem& p, int64_t b, int64_t h, int64_t i) {
   return f;
 }
 
+// Whether float32 attention may return `got` (+-inf) in column c of row i
+// of head (b, h) where the float64 reference is NaN; `s` is the reference's
+// Stages of that head, `delta` Check's bound on the error of a float32
+// score difference. The row must be safe (RowIsFloat32Safe) with a finite
+// reference lse (so its scores are finite: no NaN row).
+//
+// The exact weight e^(s_j - max) of a key the row sees is positive for
+// every finite score, so +-inf in V there gives +-inf in exact arithmetic;
+// NaN is what a weight that underflowed to 0 makes of it (0 * inf). The
+// reference reads every key whose score is not -inf and so gives NaN where
+// float64's weight underflows (below e^-745); the float32 kernels read the
+// same keys (a hidden key's weight is -0 and skipped, an underflowed one is
+// +0 and read) and give NaN where theirs underflows. Which weights
+// underflow differs: float32's scores carry an error (delta) that grows
+// with |score| (at 1e18, 768 apart in float64 is one float32 value), and
+// the streaming, parallel and split-KV kernels do not take one e^(s_j - max):
+// key j's weight is e^(s_j - m) at the running max m of its tile, times a
+// rescale e^(m_old - m_new) each time the running max grows (and a merge
+// weight e^(lse_part - lse)), and an infinite accumulator times any positive
+// factor stays infinite, however small their product. So `got` is accepted
+// where, and only where, float32 attention can produce it:
+// - every key the reference reads with a non-finite V[j][c] holds an
+//   infinity of got's sign (NaN in V, or infinities of both signs, are NaN
+//   in every precision: NaN, inf - inf, or 0 * inf);
+// - the reference is NaN because of at least one of them whose float64
+//   weight is exactly 0 (a key with a positive float64 weight makes the
+//   reference +-inf, not NaN);
+// - for each such key, float32 can keep its weight positive: no factor on
+//   the way from s_j to the row max is below e^-104 (float32's 0). Every
+//   factor is e^(a - b) for two values a < b of the running max, which are
+//   scores of visible keys (or, for a merge, lse_part <= max_part + ln T_k),
+//   so if the visible scores at or above s_j, sorted, have a gap wider than
+//   104 + ln T_k, the running max has to cross it in one step and the
+//   float32 weight is 0 on every kernel and tiling. In float64 terms, with
+//   each float32 score within delta / 2 of the reference's: no gap wider
+//   than 104 + ln T_k + delta (times 1 + 4u for the float32 subtractions).
+// Where a kernel reaches the row max in steps (kv_block 1: one key a tile)
+// such gaps are exactly where it turns inf into NaN
+// (Hostile.InfInVSurvivesTileRescalesThatUnderflowInFloat64). (With a 16-bit
+// output an Inf could also be a finite float32 result rounded past the
+// type's largest value; no output check can tell the two apart.)
+bool InfMayStandForNaN(const Problem& p, const reference::HeadStages& s, int64_t b, int64_t h,
+                       int64_t i, int64_t c, double got, double delta) {
+  const int64_t tk = p.kv_len;
+  const double* masked = &s.masked[size_t(i * tk)];
+  const double* weight = &s.weights[size_t(i * tk)];
+  std::vector<double> visible;  // the scores of the keys the reference reads
+  for (int64_t j = 0; j < tk; ++j) {
+    if (masked[j] != -kInf) visible.push_back(masked[j]);
+  }
+  if (visible.empty()) return false;  // (a fully masked row: out is 0)
+  std::sort(visible.begin(), visible.end());
+  // widest[n]: the widest gap between consecutive visible[n..].
+  std::vector<double> widest(visible.size(), 0.0);
+  for (size_t n = visible.size() - 1; n-- > 0;) {
+    widest[n] = std::max(widest[n + 1], visible[n + 1] - visible[n]);
+  }
+  const double limit = (kFloat32ExpZero + std::log(double(tk)) + delta) * (1 + 4 * kU);
+  bool underflowed = false;
+  for (int64_t j = 0; j < tk; ++j) {
+    if (masked[j] == -kInf) continue;  // never read, by either side
+    const double v = VRow(p, b, h, j)[c];
+    if (std::isfinite(v)) continue;
+    if (std::isnan(v) || (v > 0) != (got > 0)) return false;
+    if (weight[j] != 0.0) continue;
+    underflowed = true;
+    const size_t n = size_t(std::lower_bound(visible.begin(), visible.end(), masked[j]) -
+                            visible.begin());
+    if (!(widest[n] <= limit)) return false;
+  }
+  return underflowed;
+}
+
 // "<what>: reference <want>, kernel <got>[, bound <bound>]"
 std::string Mismatch(const std::string& what, double want, double got, double bound = -1.0) {
   std::ostringstream os;
@@ -178,6 +256,13 @@ std::string Check(const Problem& p, const reference::Result& ref) {
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t h = 0; h < p.q_heads; ++h) {
       const double max_v = MaxAbsV(p, b, h);
+      // The reference's stages of this head, computed only when a NaN in
+      // the reference meets an infinity from the kernel (InfMayStandForNaN).
+      std::optional<reference::HeadStages> stages;
+      auto head_stages = [&]() -> const reference::HeadStages& {
+        if (!stages) stages = reference::Stages(p, b, h);
+        return *stages;
+      };
       for (int64_t i = 0; i < p.q_len; ++i, ++l) {
         const std::string where = "b" + std::to_string(b) + " h" + std::to_string(h) + " row " +
                                   std::to_string(i);
@@ -219,7 +304,14 @@ std::string Check(const Problem& p, const reference::Result& ref) {
             // visible key's score into -inf, so that its NaN value is not
             // read (the reference, in float64, gives NaN).
           } else if (std::isnan(want)) {
-            if (!std::isnan(got)) return Mismatch(at, want, got);
+            // NaN, or an infinity where the reference is NaN only because
+            // float64 underflowed the weight of a key holding it and
+            // float32 may not have (InfMayStandForNaN).
+            if (!std::isnan(got) &&
+                !(std::isinf(got) && std::isfinite(want_lse) &&
+                  InfMayStandForNaN(p, head_stages(), b, h, i, c, got, delta))) {
+              return Mismatch(at, want, got);
+            }
           } else if (std::isinf(want)) {
             if (got != want && !std::isnan(got)) return Mismatch(at, want, got);
           } else if (want_lse == -kInf) {  // fully masked row: exactly 0

@@ -9,7 +9,12 @@
 // in every row float32 can evaluate without overflow (RowIsFloat32Safe; in
 // other rows any value is accepted: overflow gives NaN, or turns a score
 // into -inf so that a NaN in V is never read):
-//   reference NaN        -> NaN (NaN is never dropped)
+//   reference NaN        -> NaN (NaN is never dropped), except where the
+//                           reference is NaN only because float64
+//                           underflowed to 0 the weight of a visible key
+//                           whose V is +-Inf (0 * inf) and float32 may keep
+//                           it positive: then that Inf, or NaN
+//                           (oracle.cc InfMayStandForNaN gives the rule)
 //   reference +-Inf      -> the same Inf, or NaN (an Inf in V times a weight
 //                           that underflowed to 0 in float32 is NaN; in
 //                           float64 the weight is tiny but not 0)

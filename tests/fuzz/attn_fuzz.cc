@@ -24,7 +24,8 @@
 //     may change;
 //   - valid problem: no exception, inputs unchanged, every element outside
 //     the outputs unchanged, outputs within oracle::Check of the float64
-//     reference (NaN exactly where the reference has NaN).
+//     reference (NaN where the reference has NaN, or the infinity float32
+//     may keep where float64 underflowed a weight: oracle.h).
 // Any violation prints the problem and aborts, which libFuzzer reports as a
 // crash; so do ASan/UBSan findings, hangs (-timeout) and leaks.
 //
