@@ -89,6 +89,18 @@ struct RunConfig {
 // Every kernel: computes the whole (validated) problem.
 using KernelFn = void (*)(const Problem& problem, const RunConfig& config);
 
+// What the parallel kernel needs from the chosen SIMD target: the panel
+// width (q_block is rounded up to it) and a single-threaded kernel on one
+// view, with the calling thread's scratch: the streaming kernel's, or the
+// bf16 dot-product kernel's (kernels/bf16dot/bf16dot.h).
+struct ParallelTarget {
+  int panel_width;
+  void (*run_view)(const HeadView& view, const Tiles& tiles);
+};
+// The parallel kernel over `target`'s per-view function (kernels/parallel/).
+void ParallelAttentionWith(const ParallelTarget& target, const Problem& problem,
+                           const RunConfig& config);
+
 // The independent units of work of a problem (HeadViews(problem).size():
 // one per (batch, query head), or per kv head for grouped-query decode),
 // which the tile rule's split-KV divides among threads.

@@ -37,7 +37,6 @@
 #include "kernels/kernel.h"
 #include "kernels/streaming/streaming-inl.h"
 
-#include "kernels/bf16dot/bf16dot.h"  // ParallelTarget
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
