@@ -3,15 +3,17 @@
 and bench/scaling.cc (attn-scaling --json). Needs matplotlib (it is in the
 peers venv: bench/peers/setup_venv.sh).
 
-  /tmp/attn-peers/bin/python bench/plot_results.py ratios /tmp/attn-compare/compare.json \\
-      bench/results/ratios
-  /tmp/attn-peers/bin/python bench/plot_results.py scaling bench/results/scaling.jsonl \\
-      bench/results/scaling.png --command "..."
+  /tmp/attn-peers/bin/python bench/plot_results.py ratios bench/results/KIND/peers-f32.json \\
+      bench/results/KIND/peers-f32
+  /tmp/attn-peers/bin/python bench/plot_results.py scaling bench/results/KIND/scaling-t512-65536.jsonl \\
+      bench/results/KIND/scaling-t512-65536.png --command "..."
 
 `ratios` writes PREFIX-threads<N>.png per thread count: auto / X per shape
 (log scale, > 1: attn's auto is faster), one bar per peer and the BLAS row.
 `scaling` writes time per call and extra peak memory against T.
-Each figure prints the command that produced its data at the bottom.
+Each figure prints the command that produced its data at the bottom. KIND is
+the CPU kind's folder; name each plot in its manifest.json with the data file
+behind it ("plot": ...), or bench/report.py refuses it.
 """
 import json
 import sys
