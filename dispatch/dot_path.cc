@@ -13,14 +13,21 @@
 #if HWY_ARCH_X86
 #include <cpuid.h>
 #endif
+#if HWY_ARCH_X86_64 && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#endif
 
 namespace attn {
 namespace internal {
 namespace {
 
 constexpr DotPath kAllPaths[] = {DotPath::kWiden, DotPath::kAvx512Bf16,
-                                 DotPath::kAvx512Bf16Emulated};
-
+                                 DotPath::kAvx512Bf16Emulated, DotPath::kAmx,
+                                 DotPath::kAmxEmulated};
 
 std::once_flag g_env_once;
 std::atomic<int> g_forced{-1};  // a DotPath, or -1: the default rule
@@ -29,6 +36,18 @@ bool Runnable(DotPath path, std::string* why) {
   switch (path) {
     case DotPath::kWiden:
     case DotPath::kAvx512Bf16Emulated:
+    case DotPath::kAmxEmulated:
+      return true;
+    case DotPath::kAmx:
+      if (!AmxUnavailable().empty()) {
+        if (why) *why = AmxUnavailable();
+        return false;
+      }
+      if (CurrentTarget() != "AVX3") {
+        if (why) *why = "the AMX path runs on the AVX3 target, the current one is " +
+                        CurrentTarget();
+        return false;
+      }
       return true;
     case DotPath::kAvx512Bf16:
       if (!CpuHasAvx512Bf16()) {
@@ -81,6 +100,8 @@ const char* DotPathName(DotPath path) {
     case DotPath::kWiden: return "widen";
     case DotPath::kAvx512Bf16: return "avx512bf16";
     case DotPath::kAvx512Bf16Emulated: return "avx512bf16-emulated";
+    case DotPath::kAmx: return "amx";
+    case DotPath::kAmxEmulated: return "amx-emulated";
   }
   return "?";
 }
@@ -98,29 +119,81 @@ bool CpuHasAvx512Bf16() {
 #endif
 }
 
-// Without ForceDotPath or ATTN_DOT_PATH: the instruction where it runs
-// (AVX512-BF16 CPU, AVX3 target), else widen. Never the emulation, which
-// is for tests (~10x slower than widening). The path rounds P to bf16
+const std::string& AmxUnavailable() {
+  static const std::string why = []() -> std::string {
+#if HWY_ARCH_X86_64 && defined(__linux__)
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) || !(edx & (1u << 24)) ||
+        !(edx & (1u << 22))) {
+      return "this CPU has no AMX-BF16";
+    }
+    if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) {
+      return "the OS has not enabled XSAVE (OSXSAVE), so not AMX either";
+    }
+    unsigned xcr0_lo = 0, xcr0_hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+    if ((xcr0_lo & (3u << 17)) != (3u << 17)) {
+      return "the OS does not manage the AMX tile state (XCR0 bits 17-18 clear)";
+    }
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) {
+      return std::string("Linux refused the AMX tile data to this process "
+                         "(arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA): ") +
+             std::strerror(errno) + ")";
+    }
+    return "";
+#else
+    return "AMX runs only on x86-64 Linux";
+#endif
+  }();
+  return why;
+}
+
+bool IsAmxPath(DotPath path) { return path == DotPath::kAmx || path == DotPath::kAmxEmulated; }
+bool IsAvx512Bf16Path(DotPath path) {
+  return path == DotPath::kAvx512Bf16 || path == DotPath::kAvx512Bf16Emulated;
+}
+
+// Without ForceDotPath or ATTN_DOT_PATH: the fastest instruction that runs
+// here (AMX tiles, then AVX512-BF16's vdpbf16ps; both need the AVX3
+// target), else widen. Never an emulation, which is for tests (~10x (AVX512-
+// BF16) to ~100x (AMX) slower than widening). These paths round P to bf16
 // (README "Precision"): an all-bf16 problem asks for bf16 arithmetic, and
 // PyTorch's and oneDNN's bf16 attention round P the same way.
 DotPath ActiveDotPath() {
   InitOnce();
   const int forced = g_forced.load();
   if (forced >= 0) return static_cast<DotPath>(forced);
+  if (Runnable(DotPath::kAmx, nullptr)) return DotPath::kAmx;
   return Runnable(DotPath::kAvx512Bf16, nullptr) ? DotPath::kAvx512Bf16 : DotPath::kWiden;
 }
 
-std::string DotPathDeclines(const Problem& p) {
+namespace {
+
+// "" when a row of the path family `is_family` takes `p`, else why not.
+// Called on every row walk of an all-bf16 problem; the f32 and f16 walks
+// only compare dtypes.
+std::string DeclinesUnless(const Problem& p, bool (*is_family)(DotPath), const char* family) {
   if (p.q.dtype != DType::kBF16 || p.k.dtype != DType::kBF16 || p.v.dtype != DType::kBF16) {
-    return std::string("the bf16 dot-product path needs bf16 Q, K and V, got ") +
+    return std::string("the bf16 dot-product paths need bf16 Q, K and V, got ") +
            DTypeName(p.q.dtype) + "/" + DTypeName(p.k.dtype) + "/" + DTypeName(p.v.dtype);
   }
   const DotPath path = ActiveDotPath();
-  if (path == DotPath::kWiden) return "the dot path in force is widen (ForceDotPath, ATTN_DOT_PATH)";
+  if (!is_family(path)) {
+    return std::string("the dot path in force is ") + DotPathName(path) + ", not " + family +
+           " (ForceDotPath, ATTN_DOT_PATH)";
+  }
   std::string why;
   // A forced path can stop being runnable when the target is forced later.
   if (!Runnable(path, &why)) return std::string("dot path ") + DotPathName(path) + ": " + why;
   return "";
+}
+
+}  // namespace
+
+std::string AmxDeclines(const Problem& p) { return DeclinesUnless(p, &IsAmxPath, "amx"); }
+std::string Avx512Bf16Declines(const Problem& p) {
+  return DeclinesUnless(p, &IsAvx512Bf16Path, "avx512bf16");
 }
 
 }  // namespace internal

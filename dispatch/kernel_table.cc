@@ -12,6 +12,7 @@
 
 #include "attn/attn_c.h"
 #include "dispatch/dot_path.h"
+#include "kernels/amx/amx.h"
 #include "kernels/bf16dot/bf16dot.h"
 
 namespace attn::internal {
@@ -26,8 +27,17 @@ namespace {
 
 std::string DeclinesNothing(const Problem&) { return ""; }
 
-// The bf16 dot-product rows: all-bf16 problems, when a dot path is in force
-// (dispatch/dot_path.cc); the hardware or the emulated layer as it says.
+// The bf16 dot-product rows: all-bf16 problems, when a dot path of theirs
+// is in force (dispatch/dot_path.cc); the hardware or the emulated layer as
+// it says.
+void ParallelAmxAttention(const Problem& p, const RunConfig& config) {
+  ParallelAttentionWith(AmxTarget(ActiveDotPath() == DotPath::kAmx), p, config);
+}
+void StreamingAmxAttention(const Problem& p, const RunConfig& config) {
+  AmxStreamingAttention(p, config, ActiveDotPath() == DotPath::kAmx);
+}
+constexpr const char* kAmxPath = "bf16 AMX tiles (tdpbf16ps), P rounded to bf16";
+
 bool Bf16DotOnHardware() { return ActiveDotPath() == DotPath::kAvx512Bf16; }
 void ParallelBf16DotAttention(const Problem& p, const RunConfig& config) {
   ParallelAttentionWith(Bf16DotTarget(Bf16DotOnHardware()), p, config);
@@ -70,17 +80,25 @@ KernelInfo Info(KernelId id, const char* name, const char* summary, bool simd, b
 const std::vector<KernelImpl>& Table() {
   static const std::vector<KernelImpl> table = {
       {Info(KernelId::kParallel, "parallel",
+            "the AMX streaming kernel over OpenMP threads",
+            true, true, true, true, true),
+       ATTN_KERNEL_PARALLEL, &AmxDeclines, &ParallelAmxAttention, kAmxPath},
+      {Info(KernelId::kParallel, "parallel",
             "the bf16 dot-product streaming kernel over OpenMP threads",
             true, true, true, true, true),
-       ATTN_KERNEL_PARALLEL, &DotPathDeclines, &ParallelBf16DotAttention, kBf16DotPath},
+       ATTN_KERNEL_PARALLEL, &Avx512Bf16Declines, &ParallelBf16DotAttention, kBf16DotPath},
       {Info(KernelId::kParallel, "parallel",
             "the streaming kernel over OpenMP threads; split-KV when items are few",
             true, true, true, true, true),
        ATTN_KERNEL_PARALLEL, &DeclinesNothing, &ParallelAttention},
       {Info(KernelId::kStreaming, "streaming",
+            "online softmax in AMX tiles: tdpbf16ps for Q·Kᵀ and P·V",
+            true, false, true, true, false),
+       ATTN_KERNEL_STREAMING, &AmxDeclines, &StreamingAmxAttention, kAmxPath},
+      {Info(KernelId::kStreaming, "streaming",
             "online softmax over bf16 pairs: bf16 dot products for Q·Kᵀ and P·V",
             true, false, true, true, false),
-       ATTN_KERNEL_STREAMING, &DotPathDeclines, &StreamingBf16DotAttention, kBf16DotPath},
+       ATTN_KERNEL_STREAMING, &Avx512Bf16Declines, &StreamingBf16DotAttention, kBf16DotPath},
       {Info(KernelId::kStreaming, "streaming",
             "SIMD online softmax (flash attention), O(tile) memory, one thread",
             true, false, true, true, false),

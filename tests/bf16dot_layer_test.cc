@@ -236,7 +236,7 @@ void TestPackings() {
       std::vector<uint16_t> v(size_t(keys * stride));
       for (uint16_t& x : v) x = uint16_t(0x3F00u + rng() % 0x100);
       std::vector<uint32_t> vp(size_t((keys + 1) / 2 * dv), 0xDEADBEEFu);
-      EXPECT_FALSE(PackValuePairs(v.data(), stride, keys, dv, vp.data()));
+      EXPECT_FALSE(PackValuePairs(v.data(), stride, keys, dv, vp.data(), dv));
       for (int64_t u = 0; 2 * u < keys; ++u)
         for (int64_t c = 0; c < dv; ++c) {
           const uint32_t hi = 2 * u + 1 < keys ? v[size_t((2 * u + 1) * stride + c)] : 0u;
@@ -247,7 +247,7 @@ void TestPackings() {
       for (uint16_t bad : {uint16_t(0x7FC0), uint16_t(0xFF80)}) {
         std::vector<uint16_t> w = v;
         w[size_t((keys - 1) * stride + dv - 1)] = bad;
-        EXPECT_TRUE(PackValuePairs(w.data(), stride, keys, dv, vp.data()));
+        EXPECT_TRUE(PackValuePairs(w.data(), stride, keys, dv, vp.data(), dv));
       }
     }
     // Weights: each rounded to bf16 to nearest even, odd key in the high half.

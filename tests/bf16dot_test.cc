@@ -26,6 +26,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -60,6 +61,8 @@ std::vector<PathTargets> RealDotPaths() {
   std::vector<PathTargets> out;
   out.push_back({"avx512bf16-emulated", SupportedTargets()});
   if (Has(SupportedDotPaths(), "avx512bf16")) out.push_back({"avx512bf16", {"AVX3"}});
+  out.push_back({"amx-emulated", SupportedTargets()});
+  if (Has(SupportedDotPaths(), "amx")) out.push_back({"amx", {"AVX3"}});
   return out;
 }
 
@@ -327,30 +330,130 @@ TEST(Bf16DotDispatch, OtherTypeMixesKeepTheWidenedPath) {
 
 TEST(Bf16DotDispatch, ForcingNamesThePathAndBadNamesAreErrors) {
   PathGuard guard;
-  // The default: the instruction where it runs, else widen; never emulated.
-  EXPECT_EQ(CurrentDotPath(), Has(SupportedDotPaths(), "avx512bf16") ? "avx512bf16" : "widen");
-  EXPECT_TRUE(Has(SupportedDotPaths(), "widen"));
-  EXPECT_TRUE(Has(SupportedDotPaths(), "avx512bf16-emulated"));
+  // The default: the fastest instruction that runs (AMX, then AVX512-BF16),
+  // else widen; never emulated.
+  const std::vector<std::string> supported = SupportedDotPaths();
+  EXPECT_EQ(CurrentDotPath(), Has(supported, "amx")          ? "amx"
+                              : Has(supported, "avx512bf16") ? "avx512bf16"
+                                                             : "widen");
+  EXPECT_TRUE(Has(supported, "widen"));
+  EXPECT_TRUE(Has(supported, "avx512bf16-emulated"));
+  EXPECT_TRUE(Has(supported, "amx-emulated"));
   ForceDotPath("avx512bf16-emulated");
   EXPECT_EQ(CurrentDotPath(), "avx512bf16-emulated");
   try {
-    ForceDotPath("amx");
+    ForceDotPath("sve-bfdot");
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.field(), "dot_path");
-    EXPECT_EQ(e.value(), "amx");
-    EXPECT_NE(std::string(e.what()).find("avx512bf16-emulated"), std::string::npos) << e.what();
+    EXPECT_EQ(e.value(), "sve-bfdot");
+    EXPECT_NE(std::string(e.what()).find("amx-emulated"), std::string::npos) << e.what();
   }
   EXPECT_EQ(CurrentDotPath(), "avx512bf16-emulated");  // unchanged by the failed call
-  // The instruction needs the AVX3 target and the CPU's AVX512-BF16.
+  // The instructions need the AVX3 target (and the CPU's AVX512-BF16 / AMX).
   ForceTarget(SupportedTargets().back());  // the lowest supported target
-  try {
-    ForceDotPath("avx512bf16");
-    FAIL() << "no error on " << CurrentTarget();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.field(), "dot_path");
-    EXPECT_NE(std::string(e.what()).find("cannot run here"), std::string::npos) << e.what();
+  for (const char* path : {"avx512bf16", "amx"}) {
+    try {
+      ForceDotPath(path);
+      FAIL() << "no error for " << path << " on " << CurrentTarget();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.field(), "dot_path");
+      EXPECT_EQ(e.value(), path);
+      EXPECT_NE(std::string(e.what()).find("cannot run here"), std::string::npos) << e.what();
+    }
   }
+  ForceTarget("auto");
+  if (!Has(supported, "amx")) {
+    // Without AMX (or the OS's permission) the error says which check failed.
+    try {
+      ForceDotPath("amx");
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_TRUE(what.find("AMX") != std::string::npos) << what;
+    }
+  }
+}
+
+// AMX: the emulated tiles on the forced target, else the rows decline.
+TEST(Bf16DotDispatch, EachPathFamilyTakesOnlyItsOwnRows) {
+  PathGuard guard;
+  OwnedProblem owned = MakeProblem(Bf16Shape(2, 1, 64, 64, 64, 64, Causal::kNone));
+  ForceDotPath("amx-emulated");
+  EXPECT_STREQ(internal::ImplFor(KernelId::kStreaming, owned.problem).path,
+               "bf16 AMX tiles (tdpbf16ps), P rounded to bf16");
+  EXPECT_STREQ(internal::ImplFor(KernelId::kParallel, owned.problem).path,
+               "bf16 AMX tiles (tdpbf16ps), P rounded to bf16");
+  ForceDotPath("avx512bf16-emulated");
+  EXPECT_STREQ(internal::ImplFor(KernelId::kStreaming, owned.problem).path,
+               "bf16 dot products, P rounded to bf16");
+  ForceDotPath("widen");
+  EXPECT_STREQ(internal::ImplFor(KernelId::kStreaming, owned.problem).path, "");
+  Options o;
+  o.kernel = KernelId::kStreaming;
+  ForceDotPath("amx-emulated");
+  const std::string path = ExplainChoice(owned.problem, o).path;
+  EXPECT_NE(path.find("AMX tiles"), std::string::npos) << path;
+  EXPECT_NE(path.find("(dot path amx-emulated)"), std::string::npos) << path;
+}
+
+// Where the CPU has AMX, the tile kernels against the emulated ones. The
+// hardware may sum the 32 products of a tile step in another order than
+// the emulation (the SDM leaves it open), so a weight can round to the
+// neighbouring bf16; both are held to the reference bound by
+// Bf16DotKernels, so they differ by at most twice it.
+TEST(AmxHardware, MatchesTheEmulationWithinTwiceTheBound) {
+  if (!Has(SupportedDotPaths(), "amx")) {
+    GTEST_SKIP() << "AMX cannot run here (" << [] {
+      try {
+        ForceDotPath("amx");
+      } catch (const Error& e) {
+        ForceDotPath("auto");
+        return std::string(e.what());
+      }
+      return std::string("?");
+    }() << "): only the emulated tiles run, and Bf16DotKernels tests them on every target";
+  }
+  PathGuard guard;
+  ForceTarget("AVX3");
+  double worst = 0;
+  for (const Shape& shape : Bf16Shapes()) {
+    SCOPED_TRACE(shape.Name());
+    OwnedProblem owned = MakeProblem(shape);
+    const reference::Result ref = reference::Attention(owned.problem);
+    const Bf16DotBound bound = MakeBound(owned, ref);
+    Options streaming;
+    streaming.kernel = KernelId::kStreaming;
+    ForceDotPath("amx-emulated");
+    owned.ClearOutputs();
+    attention(owned.problem, streaming);
+    std::vector<double> emulated;
+    const Problem& p = owned.problem;
+    const int64_t rows = p.batch * p.q_heads * p.q_len, dv = p.ValueDim();
+    auto out_at = [&](int64_t r, int64_t c) {
+      const int64_t b = r / (p.q_heads * p.q_len), h = r / p.q_len % p.q_heads, i = r % p.q_len;
+      return double(ElementAt(p.out, b * p.out.batch_stride + h * p.out.head_stride +
+                                         i * p.out.row_stride + c));
+    };
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < dv; ++c) emulated.push_back(out_at(r, c));
+    ForceDotPath("amx");
+    owned.ClearOutputs();
+    attention(owned.problem, streaming);
+    for (int64_t r = 0, n = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < dv; ++c, ++n) {
+        const double diff = std::fabs(out_at(r, c) - emulated[size_t(n)]);
+        if (std::isnan(emulated[size_t(n)])) {
+          EXPECT_TRUE(std::isnan(out_at(r, c))) << "row " << r << " col " << c;
+          continue;
+        }
+        worst = std::max(worst, diff);
+        EXPECT_LE(diff, 2 * (bound.b32 + std::ldexp(bound.abs_v.out[size_t(n)], -8)))
+            << "row " << r << " col " << c;
+      }
+    }
+  }
+  RecordProperty("max_abs_difference_hardware_vs_emulation", std::to_string(worst));
 }
 
 TEST(Bf16DotDispatch, ExplainNamesTheRowThatRuns) {

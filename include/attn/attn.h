@@ -291,6 +291,12 @@ void ForceTarget(const std::string& name);
 //                          instruction, bit-exact on normal values, on any
 //                          target and CPU: what tests run where the
 //                          instruction is missing; slow.
+//   "amx"                  AMX tiles: tdpbf16ps for Q·Kᵀ and P·V (AVX3
+//                          target, a CPU with AMX-BF16 and an OS that grants
+//                          the tile state; the precision of "avx512bf16");
+//                          the default where it runs;
+//   "amx-emulated"         the AMX kernels over portable emulated tiles, on
+//                          any target and CPU; for tests, very slow.
 // Views of a few query rows (decode) keep the widened narrow path for now.
 std::vector<std::string> DotPaths();           // every name above
 std::vector<std::string> SupportedDotPaths();  // those that can run here now

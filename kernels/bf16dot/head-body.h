@@ -153,7 +153,7 @@ HWY_INLINE void Bf16DotHead(const internal::HeadView& h, const Tiles& tiles,
     for (int64_t j0 = 0; j0 < key_end; j0 += kv_block) {
       const int64_t tile_keys = std::min(kv_block, key_end - j0);
       const bool bad =
-          PackValuePairs(v + j0 * h.v_stride, h.v_stride, tile_keys, h.dv, scratch.vp());
+          PackValuePairs(v + j0 * h.v_stride, h.v_stride, tile_keys, h.dv, scratch.vp(), h.dv);
       if (bad) {
         scratch.ReserveWidened(kv_block, h.dv);
         const FloatRows vw =

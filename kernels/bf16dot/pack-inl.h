@@ -120,11 +120,12 @@ HWY_INLINE auto PairHasNonFinite(V pair) {
 }
 
 // Vp[u][c] = (v[2u][c], v[2u+1][c]) for u < ceil(keys / 2), c < dv (row
-// stride dv), the missing odd row of an odd tile as +0; returns whether
-// any of the tile's values is NaN or ±Inf. A vector of N columns is two
-// zero-extending loads of N bf16 (vpmovzxwd on AVX-512), a shift and an OR.
+// stride vp_stride >= dv), the missing odd row of an odd tile as +0;
+// returns whether any of the tile's values is NaN or ±Inf. A vector of N
+// columns is two zero-extending loads of N bf16 (vpmovzxwd on AVX-512), a
+// shift and an OR.
 HWY_INLINE bool PackValuePairs(const uint16_t* HWY_RESTRICT v, int64_t v_stride, int64_t keys,
-                               int64_t dv, uint32_t* HWY_RESTRICT vp) {
+                               int64_t dv, uint32_t* HWY_RESTRICT vp, int64_t vp_stride) {
   const DPairU du;
   const hn::Rebind<uint16_t, DPairU> du16;
   const int64_t N = int64_t(hn::Lanes(du));
@@ -133,7 +134,7 @@ HWY_INLINE bool PackValuePairs(const uint16_t* HWY_RESTRICT v, int64_t v_stride,
   for (int64_t u = 0; 2 * u < keys; ++u) {
     const uint16_t* HWY_RESTRICT even = v + 2 * u * v_stride;
     const uint16_t* HWY_RESTRICT odd = 2 * u + 1 < keys ? even + v_stride : nullptr;
-    uint32_t* HWY_RESTRICT dst = vp + u * dv;
+    uint32_t* HWY_RESTRICT dst = vp + u * vp_stride;
     int64_t c = 0;
     for (; c + N <= dv; c += N) {
       auto pair = hn::PromoteTo(du, hn::LoadU(du16, even + c));

@@ -362,6 +362,23 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
   });
 }
 
+// Row r of the view's output and lse from its unnormalised output o and
+// its softmax state (fully masked rows 0 / -inf, NaN rows NaN / NaN).
+HWY_INLINE void FinishNarrowRow(const internal::HeadView& h, int64_t r,
+                                const float* HWY_RESTRICT o, const NarrowRowStats& stats) {
+  void* HWY_RESTRICT out = h.OutRow(r);
+  const RowFinish f = FinishRow(stats.max, stats.sum, stats.nan);
+  if (h.out_type == DType::kF32) {
+    float* HWY_RESTRICT out32 = static_cast<float*>(out);
+    for (int64_t c = 0; c < h.dv; ++c) out32[c] = f.empty ? 0.0f : o[c] * f.inv;
+  } else {
+    for (int64_t c = 0; c < h.dv; ++c) {
+      internal::StoreElement(out, h.out_type, c, f.empty ? 0.0f : o[c] * f.inv);
+    }
+  }
+  if (h.lse) h.lse[r * h.lse_stride] = f.lse;
+}
+
 // Views of up to NarrowMaxRows() rows: normalised output and lse. Rows go
 // in groups of up to kNarrowGroupRows; every group of a key tile runs while
 // the tile's K and V rows are in L1/L2, so K and V come from memory once per
@@ -399,20 +416,7 @@ HWY_INLINE void NarrowHead(const internal::HeadView& h, const Tiles& tiles,
       }
     }
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    void* HWY_RESTRICT out = h.OutRow(r);
-    const float* HWY_RESTRICT o = scratch.o(r);
-    const RowFinish f = FinishRow(stats[r].max, stats[r].sum, stats[r].nan);
-    if (h.out_type == DType::kF32) {
-      float* HWY_RESTRICT out32 = static_cast<float*>(out);
-      for (int64_t c = 0; c < h.dv; ++c) out32[c] = f.empty ? 0.0f : o[c] * f.inv;
-    } else {
-      for (int64_t c = 0; c < h.dv; ++c) {
-        internal::StoreElement(out, h.out_type, c, f.empty ? 0.0f : o[c] * f.inv);
-      }
-    }
-    if (h.lse) h.lse[r * h.lse_stride] = f.lse;
-  }
+  for (int64_t r = 0; r < rows; ++r) FinishNarrowRow(h, r, scratch.o(r), stats[r]);
 }
 
 }  // namespace HWY_NAMESPACE

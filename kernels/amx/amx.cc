@@ -1,0 +1,100 @@
+// The AMX kernels' entry points: the streaming kernel and the parallel
+// kernel's per-view function (head-body.h), each in two copies, over the
+// emulated tiles on every Highway target and over AMX's tdpbf16ps on AVX3
+// (kernels/common/amx-inl.h). Which copy runs is decided once per call by
+// dispatch (dispatch/dot_path.cc: the kernel table's AMX rows decline
+// unless an AMX dot path is active), then one Highway dispatch picks the
+// target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/amx/amx.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include <stdint.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "hwy/highway.h"
+#include "kernels/amx/amx.h"
+#include "kernels/amx/pack-inl.h"
+#include "kernels/bf16dot/pack-inl.h"
+#include "kernels/common/amx-inl.h"
+#include "kernels/common/microkernels-inl.h"
+#include "kernels/common/softmax-inl.h"
+#include "kernels/common/widen-inl.h"
+#include "kernels/kernel.h"
+#include "kernels/streaming/narrow-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn {
+namespace HWY_NAMESPACE {
+
+namespace emulated {
+using Amx = EmulatedAmx;
+#include "kernels/amx/head-body.h"  // NOLINT: included per layer
+}  // namespace emulated
+
+void AmxViewEmulated(const internal::HeadView& view, const Tiles& tiles) {
+  thread_local AmxScratch scratch;  // per thread (and target), across calls
+  emulated::AmxHead(view, tiles, scratch);
+}
+
+#ifndef ATTN_HAVE_AMX_TILES
+void AmxViewHardware(const internal::HeadView&, const Tiles&) {
+  // dispatch/dot_path.cc offers the hardware path only on AVX3.
+  HWY_ABORT("attn: the AMX layer is not compiled for target %s", hwy::TargetName(HWY_TARGET));
+}
+#endif  // else defined in the AMX region below
+
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
+HWY_AFTER_NAMESPACE();
+
+#ifdef ATTN_HAVE_AMX_TILES
+// The hardware copy, in the amx-tile/amx-bf16 region of amx-inl.h.
+ATTN_BEGIN_AMX
+namespace attn {
+namespace HWY_NAMESPACE {
+namespace hardware {
+using Amx = HardwareAmx;
+#include "kernels/amx/head-body.h"  // NOLINT: included per layer
+}  // namespace hardware
+
+void AmxViewHardware(const internal::HeadView& view, const Tiles& tiles) {
+  thread_local AmxScratch scratch;
+  hardware::AmxHead(view, tiles, scratch);
+}
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
+HWY_POP_ATTRIBUTES
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace attn {
+namespace HWY_NAMESPACE {
+
+internal::ParallelTarget AmxTargetImpl(bool hardware) {
+  // Work items of whole 32-row query groups.
+  return internal::ParallelTarget{int(kAmxGroupRows),
+                                  hardware ? &AmxViewHardware : &AmxViewEmulated};
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attn {
+HWY_EXPORT(AmxTargetImpl);
+
+namespace internal {
+ParallelTarget AmxTarget(bool hardware) { return HWY_DYNAMIC_DISPATCH(AmxTargetImpl)(hardware); }
+
+void AmxStreamingAttention(const Problem& p, const RunConfig& config, bool hardware) {
+  const ParallelTarget target = AmxTarget(hardware);
+  const HeadViews views(p);
+  for (int64_t i = 0; i < views.size(); ++i) target.run_view(views[i], config.tiles);
+}
+}  // namespace internal
+}  // namespace attn
+#endif  // HWY_ONCE

@@ -1,0 +1,199 @@
+// The AMX attention kernel for one head (or a sub-view of rows/keys of
+// one), written once against a tile layer `Amx` (kernels/common/
+// amx-inl.h). NOT a normal header: amx.cc includes it inside a namespace
+// per layer (emulated:: on every target, hardware:: on AVX3 within the
+// amx-tile/amx-bf16 attribute region), after the headers it uses
+// (amx/pack-inl.h, common/amx-inl.h, common/microkernels-inl.h,
+// common/softmax-inl.h, common/widen-inl.h, streaming/narrow-inl.h), with
+// `using Amx = ...` in scope.
+//
+// Algorithm, per head: the streaming kernel's loop (query blocks, key
+// tiles, online softmax, causal skipping) with both products in AMX tiles
+// (layouts in amx/pack-inl.h), in groups of 32 query rows:
+//   1. Q of the block copied into zero-padded bf16 rows (once per block);
+//   2. per key tile, K transposed into pair tiles and V interleaved into
+//      pair rows (once per block and tile, shared by its groups), V checked
+//      for NaN / ±Inf on the way;
+//   3. per group: S = Q·Kᵀ in 2 x 2 tiles of 16 x 16 (tiles 0-3 accumulate,
+//      4-5 hold two Q row tiles, 6-7 two Kp tiles: four tdpbf16ps per four
+//      loads) stored row-major; then per row, in float32, the scale, the
+//      mask, the causal limit and the online softmax of the narrow path
+//      (narrow-inl.h NarrowSoftmaxRow), the weights rounded to bf16 (to
+//      nearest even); then O += P·V in 2 x 2 tiles (tiles 0-3 load O and
+//      accumulate every 32-key step of the tile before storing it back).
+// A V tile holding NaN or ±Inf is mixed in float32 instead (the weights
+// unrounded, a key the row cannot see skipped, as in the narrow path), so
+// those values reach exactly the rows that see their key. Views of at most
+// NarrowMaxRows() rows (decode) take the widened narrow path.
+//
+// Each call configures the tiles of its thread (every tile 16 x 64 bytes)
+// and releases them before it returns, so OpenMP workers and callers'
+// threads never inherit a configuration.
+//
+// Memory traffic: K and V read once per query block (and packed into L1/L2
+// sized tiles), Q once, O written once; the row-major S, P and O of a group
+// stay in L1 (32 x kv_block floats and bf16, 32 x d_v floats). Extra memory
+// O(q_block·(d + d_v) + kv_block·(d + d_v)) (AmxScratch).
+
+// S rows [0, 32) x keys [0, keys_pad) of a group: raw dot products q·k.
+HWY_INLINE void AmxScoreGroup(const AmxScratch& scratch, const uint16_t* HWY_RESTRICT q,
+                              int64_t keys_pad) {
+  const int64_t d_pad = scratch.d_pad(), chunks = d_pad / kAmxPad;
+  const int64_t q_bytes = d_pad * int64_t(sizeof(uint16_t));
+  const int64_t s_bytes = scratch.keys() * int64_t(sizeof(float));
+  const uint32_t* HWY_RESTRICT kp = scratch.kp();
+  for (int64_t n = 0; n < keys_pad / 16; n += 2) {
+    Amx::Zero<0>();
+    Amx::Zero<1>();
+    Amx::Zero<2>();
+    Amx::Zero<3>();
+    for (int64_t t = 0; t < chunks; ++t) {
+      Amx::Load<4>(q + t * kAmxPad, q_bytes);
+      Amx::Load<5>(q + 16 * d_pad + t * kAmxPad, q_bytes);
+      Amx::Load<6>(kp + (n * chunks + t) * kAmxTileWords, 64);
+      Amx::Load<7>(kp + ((n + 1) * chunks + t) * kAmxTileWords, 64);
+      Amx::DotBf16<0, 4, 6>();
+      Amx::DotBf16<1, 4, 7>();
+      Amx::DotBf16<2, 5, 6>();
+      Amx::DotBf16<3, 5, 7>();
+    }
+    Amx::Store<0>(scratch.s(0) + n * 16, s_bytes);
+    Amx::Store<1>(scratch.s(0) + (n + 1) * 16, s_bytes);
+    Amx::Store<2>(scratch.s(16) + n * 16, s_bytes);
+    Amx::Store<3>(scratch.s(16) + (n + 1) * 16, s_bytes);
+  }
+}
+
+// O rows [0, 32) of a group (o, d_v_pad floats a row) += P · Vp over
+// keys_pad keys.
+HWY_INLINE void AmxMixGroup(const AmxScratch& scratch, int64_t keys_pad, float* HWY_RESTRICT o) {
+  const int64_t dv_pad = scratch.dv_pad();
+  const int64_t o_bytes = dv_pad * int64_t(sizeof(float));
+  const int64_t p_bytes = scratch.keys() * int64_t(sizeof(uint16_t));
+  const int64_t v_bytes = dv_pad * int64_t(sizeof(uint32_t));
+  const uint32_t* HWY_RESTRICT vp = scratch.vp();
+  for (int64_t c = 0; c < dv_pad; c += 32) {
+    Amx::Load<0>(o + c, o_bytes);
+    Amx::Load<1>(o + c + 16, o_bytes);
+    Amx::Load<2>(o + 16 * dv_pad + c, o_bytes);
+    Amx::Load<3>(o + 16 * dv_pad + c + 16, o_bytes);
+    for (int64_t u = 0; u < keys_pad; u += kAmxPad) {
+      Amx::Load<4>(scratch.p(0) + u, p_bytes);
+      Amx::Load<5>(scratch.p(16) + u, p_bytes);
+      Amx::Load<6>(vp + (u / 2) * dv_pad + c, v_bytes);
+      Amx::Load<7>(vp + (u / 2) * dv_pad + c + 16, v_bytes);
+      Amx::DotBf16<0, 4, 6>();
+      Amx::DotBf16<1, 4, 7>();
+      Amx::DotBf16<2, 5, 6>();
+      Amx::DotBf16<3, 5, 7>();
+    }
+    Amx::Store<0>(o + c, o_bytes);
+    Amx::Store<1>(o + c + 16, o_bytes);
+    Amx::Store<2>(o + 16 * dv_pad + c, o_bytes);
+    Amx::Store<3>(o + 16 * dv_pad + c + 16, o_bytes);
+  }
+}
+
+// Query row `row` of the view (row g of its group), keys [j0, j0 + keys) of
+// the tile: its scores scaled, masked and causally limited, one online-
+// softmax step (rescaling its O row), and its weights rounded to bf16 into
+// P, zero from `keys` to keys_pad.
+HWY_INLINE void AmxRowWeights(const internal::HeadView& h, AmxScratch& scratch, int64_t row,
+                              int64_t g, int64_t j0, int64_t keys, int64_t keys_pad,
+                              NarrowRowStats& stats, float* HWY_RESTRICT o) {
+  const DF df;
+  const DPairU du;
+  const hn::Rebind<uint16_t, DPairU> du16;
+  const int64_t N = int64_t(hn::Lanes(df));
+  float* HWY_RESTRICT s = scratch.s(g);
+  const VF scale = hn::Set(df, h.scale);
+  for (int64_t j = 0; j < keys; j += N) hn::Store(hn::Mul(hn::Load(df, s + j), scale), df, s + j);
+  if (h.mask) {
+    const float* HWY_RESTRICT m = h.mask + row * h.mask_row_stride + j0 * h.mask_col_stride;
+    for (int64_t j = 0; j < keys; ++j) s[j] += m[j * h.mask_col_stride];
+  }
+  const int64_t visible = std::clamp<int64_t>(h.KeyEnd(row) - j0, 0, keys);
+  std::fill(s + visible, s + keys, -std::numeric_limits<float>::infinity());
+  // Pads s with -inf to whole vectors: those weights come out -0.
+  NarrowSoftmaxRow(s, keys, stats, o, h.dv);
+  uint16_t* HWY_RESTRICT p = scratch.p(g);
+  const int64_t vectors_end = (keys + N - 1) / N * N;
+  for (int64_t j = 0; j < vectors_end; j += N) {
+    hn::StoreU(hn::TruncateTo(du16, RoundToBf16<false>(hn::Load(df, s + j))), du16, p + j);
+  }
+  std::fill(p + vectors_end, p + keys_pad, uint16_t{0});
+}
+
+// O rows of a group += P·V in float32 for a V tile holding NaN or ±Inf:
+// the unrounded weights, keys a row cannot see (weight -0) skipped.
+HWY_INLINE void AmxMixNonFinite(const internal::HeadView& h, const AmxScratch& scratch,
+                                int64_t rows, int64_t j0, int64_t keys, float* HWY_RESTRICT o) {
+  const auto* v = static_cast<const hwy::bfloat16_t*>(h.VRow(j0));
+  for (int64_t g = 0; g < rows; ++g) {
+    const float* HWY_RESTRICT w = scratch.s(g);
+    float* HWY_RESTRICT o_row = o + g * scratch.dv_pad();
+    for (int64_t j = 0; j < keys; ++j) {
+      if (IsHiddenWeight(w[j])) continue;
+      for (int64_t c = 0; c < h.dv; ++c) o_row[c] += w[j] * WidenScalar(v + j * h.v_stride + c);
+    }
+  }
+}
+
+HWY_INLINE void AmxHead(const internal::HeadView& h, const Tiles& tiles, AmxScratch& scratch) {
+  if (h.tq <= NarrowMaxRows()) return NarrowHead(h, tiles, scratch.narrow());
+  const int64_t q_block = AmxRoundUp(std::max<int64_t>(tiles.q_block, kAmxGroupRows));
+  const int64_t kv_block = AmxRoundUp(std::max<int64_t>(tiles.kv_block, kAmxPad));
+  scratch.Reserve(q_block, kv_block, h.d, h.dv);
+  const auto* q = static_cast<const uint16_t*>(h.q);
+  const auto* k = static_cast<const uint16_t*>(h.k);
+  const auto* v = static_cast<const uint16_t*>(h.v);
+  NarrowRowStats* HWY_RESTRICT stats = scratch.stats();
+  const internal::AmxTileConfig config = internal::FullAmxTiles();
+  Amx::Configure(config);
+
+  for (int64_t q0 = 0; q0 < h.tq; q0 += q_block) {
+    const int64_t rows = std::min(q_block, h.tq - q0);
+    const int64_t groups = (rows + kAmxGroupRows - 1) / kAmxGroupRows;
+    PackAmxQueries(q + q0 * h.q_stride, h.q_stride, rows, groups * kAmxGroupRows, h.d,
+                   scratch.d_pad(), scratch.q(0));
+    for (int64_t r = 0; r < groups * kAmxGroupRows; ++r) stats[r] = NarrowRowStats();
+    std::fill(scratch.o(0), scratch.o(groups * kAmxGroupRows), 0.0f);
+    // Keys after the block's last visible key are never read.
+    const int64_t key_end = h.KeyEnd(q0 + rows - 1);
+    for (int64_t j0 = 0; j0 < key_end; j0 += kv_block) {
+      const int64_t tile_keys = std::min(kv_block, key_end - j0);
+      const int64_t tile_pad = AmxRoundUp(tile_keys);
+      PackAmxKeys(k + j0 * h.k_stride, h.k_stride, tile_keys, tile_pad, h.d, scratch.d_pad(),
+                  scratch.kp());
+      const bool bad = PackAmxValues(v + j0 * h.v_stride, h.v_stride, tile_keys, tile_pad, h.dv,
+                                     scratch.dv_pad(), scratch.vp());
+      for (int64_t g0 = 0; g0 < rows; g0 += kAmxGroupRows) {
+        const int64_t r0 = q0 + g0;
+        const int64_t group_rows = std::min(kAmxGroupRows, rows - g0);
+        // Keys this group may see: up to its last row's causal limit.
+        const int64_t keys =
+            std::clamp<int64_t>(h.KeyEnd(r0 + group_rows - 1), j0, j0 + tile_keys) - j0;
+        if (keys <= 0) continue;  // tile wholly above this group's diagonal
+        const int64_t keys_pad = AmxRoundUp(keys);
+        AmxScoreGroup(scratch, scratch.q(g0), keys_pad);
+        float* HWY_RESTRICT o = scratch.o(g0);
+        for (int64_t g = 0; g < group_rows; ++g) {
+          AmxRowWeights(h, scratch, r0 + g, g, j0, keys, keys_pad, stats[g0 + g],
+                        o + g * scratch.dv_pad());
+        }
+        if (bad) {
+          AmxMixNonFinite(h, scratch, group_rows, j0, keys, o);
+        } else {
+          for (int64_t g = group_rows; g < kAmxGroupRows; ++g) {
+            std::fill(scratch.p(g), scratch.p(g) + keys_pad, uint16_t{0});  // padding rows
+          }
+          AmxMixGroup(scratch, keys_pad, o);
+        }
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      FinishNarrowRow(h, q0 + r, scratch.o(r), stats[r]);
+    }
+  }
+  Amx::Release();
+}

@@ -1,0 +1,152 @@
+// Operand layouts of the AMX attention kernel (kernels/amx/), compiled once
+// per Highway target (per-target include guard below). Nothing here depends
+// on the tile layer (kernels/common/amx-inl.h), so the hardware and the
+// emulated kernels share it.
+//
+// The kernel computes, for a group of 32 query rows and a key tile,
+//   S = Q · Kᵀ     C = S (row-major, 16 rows x 16 keys a tile),
+//                  A = Q rows, B = Kᵀ in pair form;
+//   O += P · V     C = O (row-major, 16 rows x 16 columns a tile),
+//                  A = P rows (bf16 weights), B = V in pair form.
+// tdpbf16ps wants B as pairs along the dot product's axis (u32 elements
+// holding the even element in bits 0-15, the odd one in bits 16-31):
+//   Kp tile (n, t)[r][c] = (K[16n + c][32t + 2r], K[16n + c][32t + 2r + 1]):
+//                  a 16 x 16 transpose of K's rows read as u32 pairs, 1 KiB
+//                  contiguous per tile (stride 64 bytes);
+//   Vp[u][c]     = (V[2u][c], V[2u + 1][c]): two V rows interleaved, the
+//                  layout of the AVX512-BF16 kernel (bf16dot/pack-inl.h
+//                  PackValuePairs), rows dv_pad u32 apart.
+// Every operand is zero-padded to whole tiles: d to a multiple of 32 (one
+// tile row of bf16), keys to a multiple of 32 (two key tiles, or one tile
+// row of P), d_v to a multiple of 32 (two column tiles), query rows to 32
+// (two row tiles). Zero rows and columns add nothing to S or O, and the
+// kernel never reads the scores of padding keys or writes padding rows, so
+// one tile configuration (every tile 16 x 64 bytes) serves every shape.
+#if defined(ATTN_KERNELS_AMX_PACK_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTN_KERNELS_AMX_PACK_INL_H_
+#undef ATTN_KERNELS_AMX_PACK_INL_H_
+#else
+#define ATTN_KERNELS_AMX_PACK_INL_H_
+#endif
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "hwy/aligned_allocator.h"
+#include "hwy/highway.h"
+#include "kernels/bf16dot/pack-inl.h"      // LoadPair, PackValuePairs
+#include "kernels/common/scratch.h"         // GrowScratch
+#include "kernels/streaming/narrow-inl.h"  // NarrowScratch, NarrowRowStats
+
+HWY_BEFORE_NAMESPACE();
+namespace attn {
+namespace HWY_NAMESPACE {
+
+// Rows of one query group: two row tiles.
+constexpr int64_t kAmxGroupRows = 32;
+// Padding quantum of d, keys and d_v: one tile row of bf16, or two tiles of
+// 16 float32 columns.
+constexpr int64_t kAmxPad = 32;
+// u32 elements of one 16 x 16 pair tile.
+constexpr int64_t kAmxTileWords = 16 * 16;
+
+HWY_INLINE int64_t AmxRoundUp(int64_t x) {
+  return (std::max<int64_t>(x, 1) + kAmxPad - 1) / kAmxPad * kAmxPad;
+}
+
+// Buffers of one AMX worker, sized for (q_block, kv_block, d, d_v) rounded
+// up to whole tiles.
+class AmxScratch {
+ public:
+  void Reserve(int64_t q_block, int64_t kv_block, int64_t d, int64_t dv) {
+    q_rows_ = AmxRoundUp(q_block);
+    keys_ = AmxRoundUp(kv_block);
+    d_pad_ = AmxRoundUp(d);
+    dv_pad_ = AmxRoundUp(dv);
+    internal::GrowScratch(q_, q_size_, size_t(q_rows_ * d_pad_));
+    internal::GrowScratch(kp_, kp_size_, size_t(keys_ * d_pad_ / 2));
+    internal::GrowScratch(vp_, vp_size_, size_t(keys_ / 2 * dv_pad_));
+    internal::GrowScratch(s_, s_size_, size_t(kAmxGroupRows * keys_));
+    internal::GrowScratch(p_, p_size_, size_t(kAmxGroupRows * keys_));
+    internal::GrowScratch(o_, o_size_, size_t(q_rows_ * dv_pad_));
+    if (stats_.size() < size_t(q_rows_)) stats_.resize(size_t(q_rows_));
+  }
+  int64_t d_pad() const { return d_pad_; }
+  int64_t dv_pad() const { return dv_pad_; }
+  int64_t keys() const { return keys_; }  // row stride of s and p
+  // Query row r of the block, bf16, d_pad wide.
+  uint16_t* q(int64_t r) const { return q_.get() + r * d_pad_; }
+  uint32_t* kp() const { return kp_.get(); }
+  uint32_t* vp() const { return vp_.get(); }
+  float* s(int64_t r) const { return s_.get() + r * keys_; }  // row r of the group
+  uint16_t* p(int64_t r) const { return p_.get() + r * keys_; }
+  float* o(int64_t r) const { return o_.get() + r * dv_pad_; }  // row r of the block
+  NarrowRowStats* stats() { return stats_.data(); }
+  NarrowScratch& narrow() { return narrow_; }
+
+ private:
+  NarrowScratch narrow_;  // views of few rows take the widened narrow path
+  hwy::AlignedFreeUniquePtr<uint16_t[]> q_, p_;
+  hwy::AlignedFreeUniquePtr<uint32_t[]> kp_, vp_;
+  hwy::AlignedFreeUniquePtr<float[]> s_, o_;
+  size_t q_size_ = 0, kp_size_ = 0, vp_size_ = 0, s_size_ = 0, p_size_ = 0, o_size_ = 0;
+  int64_t q_rows_ = 0, keys_ = 0, d_pad_ = 0, dv_pad_ = 0;
+  std::vector<NarrowRowStats> stats_;
+};
+
+// Rows [0, rows) of q (bf16 bits) into dst rows of d_pad, zero-padded, and
+// the rows up to rows_pad zero. Once per query block.
+HWY_INLINE void PackAmxQueries(const uint16_t* HWY_RESTRICT q, int64_t q_stride, int64_t rows,
+                               int64_t rows_pad, int64_t d, int64_t d_pad,
+                               uint16_t* HWY_RESTRICT dst) {
+  for (int64_t r = 0; r < rows_pad; ++r) {
+    uint16_t* HWY_RESTRICT row = dst + r * d_pad;
+    int64_t c = 0;
+    if (r < rows) {
+      memcpy(row, q + r * q_stride, size_t(d) * sizeof(uint16_t));
+      c = d;
+    }
+    std::fill(row + c, row + d_pad, uint16_t{0});
+  }
+}
+
+// Kp for keys [0, keys) of a tile (K rows of bf16 bits), zero up to
+// keys_pad keys and d_pad / 2 pairs (layout above). Once per query block
+// and key tile: d/2 u32 moves a key, against 2·q_block·(d + d_v) FLOPs of
+// tile products that use them.
+HWY_INLINE void PackAmxKeys(const uint16_t* HWY_RESTRICT k, int64_t k_stride, int64_t keys,
+                            int64_t keys_pad, int64_t d, int64_t d_pad,
+                            uint32_t* HWY_RESTRICT kp) {
+  const int64_t chunks = d_pad / kAmxPad;  // tiles along d
+  const int64_t pairs = (d + 1) / 2, pairs_pad = d_pad / 2;
+  for (int64_t n = 0; n < keys_pad; ++n) {
+    uint32_t* HWY_RESTRICT base = kp + (n / 16) * chunks * kAmxTileWords + n % 16;
+    const uint16_t* HWY_RESTRICT row = k + n * k_stride;
+    for (int64_t t = 0; t < pairs_pad; ++t) {
+      const uint32_t pair = n < keys && t < pairs ? LoadPair(row, t, d) : 0u;
+      base[(t / 16) * kAmxTileWords + (t % 16) * 16] = pair;
+    }
+  }
+}
+
+// Vp for keys [0, keys) of a tile, zero up to keys_pad / 2 pair rows and
+// dv_pad columns; returns whether any value is NaN or ±Inf.
+HWY_INLINE bool PackAmxValues(const uint16_t* HWY_RESTRICT v, int64_t v_stride, int64_t keys,
+                              int64_t keys_pad, int64_t dv, int64_t dv_pad,
+                              uint32_t* HWY_RESTRICT vp) {
+  const bool bad = PackValuePairs(v, v_stride, keys, dv, vp, dv_pad);
+  const int64_t pair_rows = (keys + 1) / 2;
+  for (int64_t u = 0; u < pair_rows; ++u) std::fill(vp + u * dv_pad + dv, vp + (u + 1) * dv_pad, 0u);
+  std::fill(vp + pair_rows * dv_pad, vp + keys_pad / 2 * dv_pad, 0u);
+  return bad;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard
