@@ -3,7 +3,7 @@
 # kernel. Not run by .ci/run (each builds the library once more); see
 # README.md, "Reliability".
 #
-#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge] [--keep]  (default: tail)
+#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge] [--keep]  (default: tail)
 #
 # tail    .ci/planted/tail-off-by-one.patch (issue 7): the tail block of
 #         ForEachRowBlock (kernels/common/microkernels-inl.h) gets one row
@@ -35,6 +35,14 @@
 #         dot-product kernel mixes keys/2 key pairs of a tile instead of
 #         (keys + 1)/2, losing the last key of odd tiles and causal panels.
 #         Release build; tests/bf16dot_test must fail.
+# amxvnni .ci/planted/amx-key-halves-swapped.patch (issue 23): the AMX
+#         kernel's transposed K pair tiles (kernels/amx/pack-inl.h) hold each
+#         pair's halves swapped. Release build; tests/bf16dot_test
+#         (Bf16DotKernels, the emulated tiles on every target) must fail.
+# amxedge .ci/planted/amx-padding-weights-stale.patch (issue 23): the AMX
+#         kernel stops zeroing the weights of the padding keys of a group's
+#         last 32-key step (kernels/amx/head-body.h), so causal groups mix
+#         stale weights. Release build; tests/bf16dot_test must fail.
 #
 # Each: copies the committed tree (git archive HEAD) to a temporary
 # directory, applies the patch there (never to the tree), builds the one
@@ -50,8 +58,8 @@ keep=0
 for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
-    tail|memory|dtype|arm|vnni|bf16edge) case=$arg ;;
-    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge] [--keep]" >&2; exit 2 ;;
+    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge) case=$arg ;;
+    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge] [--keep]" >&2; exit 2 ;;
   esac
 done
 configure=(-DCMAKE_BUILD_TYPE=Release)  # the README's build, unless the case says otherwise
@@ -69,6 +77,8 @@ case "$case" in
   memory) patch=.ci/planted/per-key-scratch.patch test=memory_test filter='Memory.*65536*' ;;
   vnni) patch=.ci/planted/vnni-halves-swapped.patch test=bf16dot_test filter='Shapes/Bf16DotKernels.*' ;;
   bf16edge) patch=.ci/planted/bf16-odd-key-dropped.patch test=bf16dot_test filter='Shapes/Bf16DotKernels.*' ;;
+  amxvnni) patch=.ci/planted/amx-key-halves-swapped.patch test=bf16dot_test filter='Shapes/Bf16DotKernels.*' ;;
+  amxedge) patch=.ci/planted/amx-padding-weights-stale.patch test=bf16dot_test filter='Shapes/Bf16DotKernels.*' ;;
   arm)
     patch=.ci/planted/fp16-sign-dropped.patch test=dtype_test filter='*'
     # Relative: cmake finds it in the copied source tree.
