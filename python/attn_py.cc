@@ -474,7 +474,8 @@ of another dtype (float64, int, ...).)");
   m.def("force_target", &attn::ForceTarget, "name"_a,
         "Forces a SIMD target for the process ('' or 'auto': the best supported).");
   m.def("dot_paths", &attn::DotPaths,
-        "Every bf16 dot-product path: 'widen', 'avx512bf16', 'avx512bf16-emulated'.");
+        "Every bf16 dot-product path: 'widen', 'avx512bf16', 'avx512bf16-emulated', 'amx', "
+        "'amx-emulated'.");
   m.def("supported_dot_paths", &attn::SupportedDotPaths, "The dot paths that can run here now.");
   m.def("current_dot_path", &attn::CurrentDotPath,
         "The path all-bf16 q, k, v take now (ATTN_DOT_PATH, force_dot_path, or the default).");

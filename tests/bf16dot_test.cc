@@ -208,9 +208,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Bf16DotKernels, ::testing::ValuesIn(Bf16Shapes(
 // (a VNNI packing mistake), exceeds it on the inputs the tests use.
 TEST(Bf16DotBound, FailsForADroppedKeyOrSwappedPairHalves) {
   PathGuard guard;
-  ForceDotPath("avx512bf16-emulated");
+  for (const char* path : {"avx512bf16-emulated", "amx-emulated"})
   for (const Shape& s : {Bf16Shapes()[0], Bf16Shapes()[3], Bf16Shapes()[5]}) {
-    SCOPED_TRACE(s.Name());
+    ForceDotPath(path);
+    SCOPED_TRACE(std::string(path) + " " + s.Name());
     OwnedProblem owned = MakeProblem(s);
     const reference::Result ref = reference::Attention(owned.problem);
     const Bf16DotBound bound = MakeBound(owned, ref);

@@ -102,7 +102,6 @@ HWY_INLINE void AmxRowWeights(const internal::HeadView& h, AmxScratch& scratch, 
                               int64_t g, int64_t j0, int64_t keys, int64_t keys_pad,
                               NarrowRowStats& stats, float* HWY_RESTRICT o) {
   const DF df;
-  const DPairU du;
   const hn::Rebind<uint16_t, DPairU> du16;
   const int64_t N = int64_t(hn::Lanes(df));
   float* HWY_RESTRICT s = scratch.s(g);

@@ -22,19 +22,25 @@ def restore():
 
 
 def test_names_and_the_default(restore):
-    assert attn.dot_paths() == ["widen", "avx512bf16", "avx512bf16-emulated"]
+    assert attn.dot_paths() == ["widen", "avx512bf16", "avx512bf16-emulated", "amx",
+                                "amx-emulated"]
     supported = attn.supported_dot_paths()
-    assert "widen" in supported and "avx512bf16-emulated" in supported
-    # The default: the instruction where it runs, never the emulation.
-    assert attn.current_dot_path() == ("avx512bf16" if "avx512bf16" in supported else "widen")
+    assert {"widen", "avx512bf16-emulated", "amx-emulated"} <= set(supported)
+    # The default: the fastest instruction where it runs, never an emulation.
+    assert attn.current_dot_path() == ("amx" if "amx" in supported else
+                                       "avx512bf16" if "avx512bf16" in supported else "widen")
     attn.force_dot_path("avx512bf16-emulated")
     assert attn.current_dot_path() == "avx512bf16-emulated"
     with pytest.raises(attn.Error, match="dot path must be one of"):
-        attn.force_dot_path("amx")
+        attn.force_dot_path("sve-bfdot")
+    if "amx" not in supported:
+        with pytest.raises(attn.Error, match="cannot run here"):
+            attn.force_dot_path("amx")
     assert attn.current_dot_path() == "avx512bf16-emulated"
 
 
-@pytest.mark.parametrize("path", ["widen", "avx512bf16-emulated", "avx512bf16"])
+@pytest.mark.parametrize("path", ["widen", "avx512bf16-emulated", "avx512bf16", "amx-emulated",
+                                  "amx"])
 @pytest.mark.parametrize("kernel", ["streaming", "parallel", "auto"])
 @pytest.mark.parametrize("causal", [False, "top_left", "bottom_right"])
 def test_every_path_is_within_its_bound(rng, restore, path, kernel, causal):

@@ -479,15 +479,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ForceTarget(here ? target : "auto");
   // The dot path from a hash of the whole input, not from its bytes, so the
   // corpus decodes into the same problems as before the paths existed:
-  // widen, the emulated instruction, or the instruction (the emulated one
-  // where this CPU or target cannot run it: the same arithmetic).
+  // widen, an emulated instruction layer, or the instruction (its emulated
+  // layer where this CPU or target cannot run it: the same kernel code).
   uint64_t hash = 1469598103934665603ull;  // FNV-1a
   for (size_t i = 0; i < size; ++i) hash = (hash ^ data[i]) * 1099511628211ull;
   const std::vector<std::string> paths = SupportedDotPaths();
-  const char* const kPaths[] = {"widen", "avx512bf16-emulated", "avx512bf16"};
-  const std::string path = kPaths[hash % 3];
-  ForceDotPath(std::find(paths.begin(), paths.end(), path) != paths.end() ? path
-                                                                          : "avx512bf16-emulated");
+  const char* const kPaths[] = {"widen", "avx512bf16-emulated", "avx512bf16", "amx-emulated",
+                                "amx"};
+  const std::string path = kPaths[hash % 5];
+  const bool runs = std::find(paths.begin(), paths.end(), path) != paths.end();
+  ForceDotPath(runs ? path : path.find("amx") == 0 ? "amx-emulated" : "avx512bf16-emulated");
   struct RestoreDefaults {
     ~RestoreDefaults() {
       ForceDotPath("auto");
