@@ -101,9 +101,15 @@ std::map<int, double> g_peak_gflops;
 // Memory read bandwidth (GB/s) by thread count, measured before the first
 // decode row of that count: decode rows report GBps / this as bw_frac.
 std::map<int, double> g_read_gbps;
-// The bf16 dot-product peak (vdpbf16ps) by thread count, before the first
-// row on a dot path: those rows' peak_frac is against it.
-std::map<int, double> g_bf16dot_gflops;
+// Each dot path's instruction peak (vdpbf16ps for avx512bf16, tdpbf16ps for
+// amx) by (path, thread count), before the first row on that path: those
+// rows' peak_frac is against it.
+std::map<std::pair<std::string, int>, double> g_dot_path_gflops;
+
+// The instruction a dot path's rows are held to.
+const char* DotPathInstruction(const std::string& path) {
+  return path == "amx" ? "tdpbf16ps" : "vdpbf16ps";
+}
 
 // One probe's result for n threads, a line on stderr ("FP32 FMA peak",
 // "GFLOP/s"; "memory read bandwidth", "GB/s").
@@ -124,10 +130,13 @@ void EnsureProbes(const Case& c) {
     g_peak_gflops[n] = peak.gflops;
     ReportProbe("FP32 FMA peak", "GFLOP/s", n, peak);
   }
-  if (!c.dot_path.empty() && !g_bf16dot_gflops.count(n)) {
-    const attn_bench::Peak peak = attn_bench::MeasureBf16DotPeak(n);
-    g_bf16dot_gflops[n] = peak.gflops;
-    ReportProbe("bf16 dot-product (vdpbf16ps) peak", "GFLOP/s", n, peak);
+  if (!c.dot_path.empty() && !g_dot_path_gflops.count({c.dot_path, n})) {
+    const attn_bench::Peak peak = c.dot_path == "amx" ? attn_bench::MeasureAmxPeak(n)
+                                                      : attn_bench::MeasureBf16DotPeak(n);
+    g_dot_path_gflops[{c.dot_path, n}] = peak.gflops;
+    const std::string what = std::string("bf16 dot-product (") + DotPathInstruction(c.dot_path) +
+                             ") peak";
+    ReportProbe(what.c_str(), "GFLOP/s", n, peak);
   }
   if (c.KvBytes() > 0.0 && !g_read_gbps.count(n)) {
     const attn_bench::Peak bw = attn_bench::MeasureReadBandwidth(n);
@@ -213,13 +222,17 @@ void SetCounters(benchmark::State& state, const Case& c, const LoopClock& clock)
   // A row on a bf16 dot-product path is held to that instruction's peak;
   // every other row, 16-bit ones included (widened to float32 and computed
   // with float32 FMAs), to the float32 FMA peak.
-  const std::map<int, double>& peaks = c.dot_path.empty() ? g_peak_gflops : g_bf16dot_gflops;
-  const auto peak = peaks.find(c.threads);
-  if (peak != peaks.end() && peak->second > 0.0) {
-    state.counters["peak_frac"] = benchmark::Counter(gflops / peak->second);
+  double peak = 0.0;
+  if (c.dot_path.empty()) {
+    const auto found = g_peak_gflops.find(c.threads);
+    if (found != g_peak_gflops.end()) peak = found->second;
+  } else {
+    const auto found = g_dot_path_gflops.find({c.dot_path, c.threads});
+    if (found != g_dot_path_gflops.end()) peak = found->second;
   }
+  if (peak > 0.0) state.counters["peak_frac"] = benchmark::Counter(gflops / peak);
   if (!c.dot_path.empty()) {
-    state.SetLabel("peak_frac vs vdpbf16ps peak");
+    state.SetLabel(std::string("peak_frac vs ") + DotPathInstruction(c.dot_path) + " peak");
   } else if (c.Is16Bit()) {
     state.SetLabel("peak_frac vs f32 FMA peak");
   }
@@ -519,7 +532,7 @@ std::vector<Case> DefaultCases() {
     }
   }
   // The same all-bf16 prefill rows on each bf16 dot-product path this CPU
-  // runs in hardware ("/path:avx512bf16"; the emulated path is for tests,
+  // runs in hardware ("/path:avx512bf16", "/path:amx"; the emulated paths are for tests,
   // not timing), and T = 8192 d = 128, where the bf16 path's packing and
   // softmax are the smallest share.
   std::vector<std::string> dot_paths;
@@ -686,7 +699,8 @@ int main(int argc, char** argv) {
     // inputs widened, float32 FMAs), except the "/path:" rows: those are
     // against their instruction's peak (bf16dot_peak_gflops in stderr).
     benchmark::AddCustomContext("peak_16bit", "f32 FMA peak (16-bit inputs widened to f32)");
-    benchmark::AddCustomContext("peak_dot_path", "the dot path's instruction peak (vdpbf16ps)");
+    benchmark::AddCustomContext("peak_dot_path",
+                                "the dot path's instruction peak (vdpbf16ps, AMX tdpbf16ps)");
     benchmark::AddCustomContext("dot_path", attn::CurrentDotPath());
   }
   benchmark::RunSpecifiedBenchmarks();

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "hwy/highway.h"
+#include "kernels/common/amx-inl.h"      // the AMX tile layer (AVX3)
 #include "kernels/common/bf16dot-inl.h"  // the vdpbf16ps layer (AVX3)
 
 HWY_BEFORE_NAMESPACE();
@@ -133,6 +134,60 @@ float Bf16DotChainsImpl(int64_t, uint32_t, uint32_t) { return -1.0f; }
 HWY_AFTER_NAMESPACE();
 #endif
 
+// The AMX peak: four independent tdpbf16ps accumulators (tiles 0-3, each
+// 16 x 16 float32 += 16 x 32 bf16 times 32 x 16 bf16: 16384 FLOPs), enough
+// to cover the instruction's latency at one issue per 16 cycles (Sapphire
+// Rapids: ~52 cycles latency). A is 1.0, B alternates ±2^-20 along K, so the
+// sums stay 0. Through the library's own tile layer (amx-inl.h); other
+// targets return -1 (no such peak).
+#ifdef ATTN_HAVE_AMX_TILES
+ATTN_BEGIN_AMX
+namespace attn_bench {
+namespace HWY_NAMESPACE {
+float AmxChainsImpl(int64_t iters) {
+  using Amx = attn::HWY_NAMESPACE::HardwareAmx;
+  alignas(64) uint16_t a[16 * 32], b[16 * 32];
+  alignas(64) float c[16 * 16];
+  for (int i = 0; i < 16 * 32; ++i) {
+    a[i] = 0x3F80u;                         // 1.0
+    b[i] = (i % 2) ? 0xB580u : 0x3580u;     // -2^-20 : 2^-20
+  }
+  Amx::Configure(attn::internal::FullAmxTiles());
+  Amx::Zero<0>();
+  Amx::Zero<1>();
+  Amx::Zero<2>();
+  Amx::Zero<3>();
+  Amx::Load<4>(a, 64);
+  Amx::Load<5>(a, 64);
+  Amx::Load<6>(b, 64);
+  Amx::Load<7>(b, 64);
+  for (int64_t i = 0; i < iters; ++i) {
+    Amx::DotBf16<0, 4, 6>();
+    Amx::DotBf16<1, 4, 7>();
+    Amx::DotBf16<2, 5, 6>();
+    Amx::DotBf16<3, 5, 7>();
+  }
+  float total = 0.0f;
+  Amx::Store<0>(c, 64);
+  total += c[0];
+  Amx::Store<3>(c, 64);
+  total += c[255];
+  Amx::Release();
+  return total;
+}
+}  // namespace HWY_NAMESPACE
+}  // namespace attn_bench
+HWY_POP_ATTRIBUTES
+#else
+HWY_BEFORE_NAMESPACE();
+namespace attn_bench {
+namespace HWY_NAMESPACE {
+float AmxChainsImpl(int64_t) { return -1.0f; }
+}  // namespace HWY_NAMESPACE
+}  // namespace attn_bench
+HWY_AFTER_NAMESPACE();
+#endif
+
 #if HWY_ONCE
 #include <time.h>
 
@@ -153,6 +208,7 @@ HWY_EXPORT(FmaChainsImpl);
 HWY_EXPORT(LanesImpl);
 HWY_EXPORT(SumStreamsImpl);
 HWY_EXPORT(Bf16DotChainsImpl);
+HWY_EXPORT(AmxChainsImpl);
 
 namespace {
 
@@ -266,6 +322,16 @@ Peak MeasureBf16DotPeak(int threads, double seconds, int repeats) {
   // Two products and two sums a float lane.
   return MeasureChains(threads, seconds, repeats, 4.0 * kChains * double(PeakProbeLanes()),
                        [](int64_t iters) { return RunBf16DotChains(iters); });
+}
+
+Peak MeasureAmxPeak(int threads, double seconds, int repeats) {
+  // Only where the library itself would run AMX: the CPU has it, the OS
+  // granted the tile state to this process, the current target is AVX3.
+  const std::vector<std::string> paths = attn::SupportedDotPaths();
+  if (std::find(paths.begin(), paths.end(), "amx") == paths.end()) return Peak();
+  // Four tdpbf16ps an iteration, 16 x 16 x 32 multiply-adds each.
+  return MeasureChains(threads, seconds, repeats, 4.0 * 16 * 16 * 32 * 2,
+                       [](int64_t iters) { return HWY_DYNAMIC_DISPATCH(AmxChainsImpl)(iters); });
 }
 
 Peak MeasureReadBandwidth(int threads, size_t bytes, int repeats) {

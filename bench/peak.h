@@ -34,6 +34,12 @@ Peak MeasurePeak(int threads, double seconds = 0.2, int repeats = 4);
 // attn-bench calls it only there, with attn::SupportedDotPaths()).
 Peak MeasureBf16DotPeak(int threads, double seconds = 0.2, int repeats = 4);
 
+// The AMX bf16 peak in GFLOP/s (a tdpbf16ps is 16·16·32 multiply-adds),
+// measured the same way; all zero unless the "amx" dot path runs here
+// (attn::SupportedDotPaths(): a CPU with AMX-BF16, the OS's permission for
+// the tile state, the AVX3 target).
+Peak MeasureAmxPeak(int threads, double seconds = 0.2, int repeats = 4);
+
 // Memory read bandwidth in GB/s (10^9 bytes/s) of `threads` threads each
 // summing its own slice of one `bytes` buffer (default 256 MiB, beyond any
 // last-level cache here), with the kernels' SIMD target: the yardstick for
