@@ -147,6 +147,7 @@ attn_status_t attn_attention(const attn_problem_t* cp, const attn_options_t* co)
     opt.tiles.q_block = o.q_block;
     opt.tiles.kv_block = o.kv_block;
     opt.tiles.kv_splits = o.kv_splits;
+    opt.round_inputs_to_bf16 = o.round_inputs_to_bf16 != 0;
     attn::attention(p, opt);
   });
 }

@@ -286,7 +286,17 @@ std::string PathText(KernelId kernel, const Problem& p) {
 
 AutoChoice ExplainChoice(const Problem& problem, const Options& options) {
   AutoChoice c = ExplainKernelChoice(problem, options);
-  c.path = PathText(c.kernel, problem);
+  if (options.round_inputs_to_bf16) {
+    // The row that runs the rounded copies (attention() rounds first).
+    Problem rounded = problem;
+    rounded.q.dtype = rounded.k.dtype = rounded.v.dtype = DType::kBF16;
+    c.path = PathText(c.kernel, rounded);
+    bool any = false;
+    for (DType t : {problem.q.dtype, problem.k.dtype, problem.v.dtype}) any |= t != DType::kBF16;
+    if (any) c.path += "; q, k, v rounded to bf16 first (Options::round_inputs_to_bf16)";
+  } else {
+    c.path = PathText(c.kernel, problem);
+  }
   return c;
 }
 

@@ -270,7 +270,7 @@ nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb:
                      const nb::handle& causal, std::optional<float> scale,
                      const nb::handle& mask_obj, const std::string& kernel, int threads,
                      bool return_lse, const nb::handle& out_obj_in,
-                     const nb::handle& out_dtype_obj) {
+                     const nb::handle& out_dtype_obj, bool round_inputs_to_bf16) {
   const Typed<InArray> q_in = TypedArray<InArray>("q", q_obj, kInWhat);
   const Typed<InArray> k_in = TypedArray<InArray>("k", k_obj, kInWhat);
   const Typed<InArray> v_in = TypedArray<InArray>("v", v_obj, kInWhat);
@@ -370,6 +370,7 @@ nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb:
   attn::Options options;
   options.kernel = attn::ParseKernel(kernel);
   options.threads = threads;
+  options.round_inputs_to_bf16 = round_inputs_to_bf16;
   {
     // The arrays stay referenced by the ndarray handles above, so the
     // kernels may run without the GIL (other Python threads keep going).
@@ -400,6 +401,7 @@ NB_MODULE(_attn, m) {
   m.def("attention", &Attention, "q"_a, "k"_a, "v"_a, nb::kw_only(), "causal"_a = false,
         "scale"_a = nb::none(), "mask"_a = nb::none(), "kernel"_a = "auto", "threads"_a = 0,
         "return_lse"_a = false, "out"_a = nb::none(), "out_dtype"_a = nb::none(),
+        "round_inputs_to_bf16"_a = false,
         R"(softmax(q @ k.T * scale + mask) @ v, in place on the caller's arrays.
 
 q: (..., Tq, d), k: (..., Tk, d), v: (..., Tk, dv) with ... = [batch,] heads
@@ -421,6 +423,9 @@ attn.kernels() (fastest first). threads: 0 = OpenMP's default.
 out: optional array of the output's shape (any of the three types) to write
 into. out_dtype: the element type of a new output ('float32', 'float16',
 'bfloat16', numpy.float16, ml_dtypes.bfloat16, ...); default q's dtype.
+round_inputs_to_bf16: opt in to bf16 arithmetic for float32 / float16 q, k,
+v (rounded to bf16 first, then the bf16 dot-product path in force); without
+it no input is ever rounded.
 
 Returns out, or (out, lse) with return_lse=True (lse: float32 (..., Tq), the
 natural log-sum-exp of each row's scores). Raises attn.Error (a ValueError)

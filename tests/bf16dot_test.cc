@@ -329,6 +329,62 @@ TEST(Bf16DotDispatch, OtherTypeMixesKeepTheWidenedPath) {
   }
 }
 
+// Options::round_inputs_to_bf16: float32 and f16 inputs (any mix) are
+// rounded to bf16 and take the bf16 rows; the result is that of the
+// all-bf16 problem of the rounded values, bit for bit, on every path.
+TEST(Bf16DotRounding, OptInRoundsFloat32AndF16InputsAsTheBf16ProblemOfTheirValues) {
+  PathGuard guard;
+  const std::vector<std::vector<DType>> mixes = {
+      {kF32, kF32, kF32}, {kF16, kF16, kF16}, {kF32, kBF16, kF16}};
+  for (const PathTargets& pt : RealDotPaths()) {
+    ForceTarget(pt.targets.front() == "AVX3" ? "AVX3" : "auto");
+    ForceDotPath(pt.path);
+    for (const auto& mix : mixes) {
+      Shape s = Bf16Shape(2, 1, 37, 53, 19, 11, Causal::kBottomRight, true, Layout::kBTHD, 3);
+      s.q_type = mix[0];
+      s.k_type = mix[1];
+      s.v_type = mix[2];
+      OwnedProblem given = MakeProblem(s);
+      SCOPED_TRACE(pt.path + " " + s.Name());
+      // The same values rounded to bf16, as an all-bf16 problem.
+      Shape sb = s;
+      sb.q_type = sb.k_type = sb.v_type = kBF16;
+      OwnedProblem rounded = MakeProblem(sb);
+      auto round_into = [](DType type, const std::vector<float>& f32,
+                           const std::vector<uint16_t>& bits, std::vector<uint16_t>& out) {
+        for (size_t i = 0; i < out.size(); ++i) {
+          const float x = type == kF32 ? f32[i] : type == kF16 ? FromFloat16Bits(bits[i])
+                                                               : FromBFloat16Bits(bits[i]);
+          out[i] = BFloat16Bits(x);
+        }
+      };
+      round_into(s.q_type, given.q, given.q16, rounded.q16);
+      round_into(s.k_type, given.k, given.k16, rounded.k16);
+      round_into(s.v_type, given.v, given.v16, rounded.v16);
+      const reference::Result ref = reference::Attention(rounded.problem);
+      const Bf16DotBound bound = MakeBound(rounded, ref);
+      for (const Variant& variant : {MakeVariant("streaming", KernelId::kStreaming, 1),
+                                     MakeVariant("parallel/t2", KernelId::kParallel, 2)}) {
+        SCOPED_TRACE(variant.name);
+        Options opt = variant.options;
+        opt.round_inputs_to_bf16 = true;
+        EXPECT_NE(ExplainChoice(given.problem, opt).path.find("rounded to bf16 first"),
+                  std::string::npos);
+        given.ClearOutputs();
+        attention(given.problem, opt);
+        rounded.ClearOutputs();
+        attention(rounded.problem, variant.options);
+        EXPECT_EQ(0, std::memcmp(given.out.data(), rounded.out.data(),
+                                 given.out.size() * sizeof(float)));
+        EXPECT_EQ(0, std::memcmp(given.lse.data(), rounded.lse.data(),
+                                 given.lse.size() * sizeof(float)));
+        EXPECT_EQ(FirstViolation(given, ref, bound), "");
+      }
+    }
+    ForceDotPath("auto");
+  }
+}
+
 TEST(Bf16DotDispatch, ForcingNamesThePathAndBadNamesAreErrors) {
   PathGuard guard;
   // The default: the fastest instruction that runs (AMX, then AVX512-BF16),

@@ -291,6 +291,31 @@ static void test_tuning_file_errors_are_statuses(void) {
   CHECK(strstr(attn_last_error(), path) != NULL, "message: %s", attn_last_error());
 }
 
+/* round_inputs_to_bf16: 0 after attn_options_init; set, the float32 inputs
+ * are rounded to bf16 first, which moves the result by about bf16's
+ * precision (2^-8 relative) and no more. */
+static void test_round_inputs_to_bf16(void) {
+  attn_options_t o;
+  attn_options_init(&o);
+  CHECK(o.round_inputs_to_bf16 == 0, "round_inputs_to_bf16 defaults to %d", o.round_inputs_to_bf16);
+  attn_problem_t p = make_problem();
+  memset(out, 0, sizeof out);
+  CHECK(attn_attention(&p, &o) == ATTN_OK, "exact call: %s", attn_last_error());
+  static float exact[B][TQ][HQ][DV];
+  memcpy(exact, out, sizeof out);
+  o.round_inputs_to_bf16 = 1;
+  memset(out, 0, sizeof out);
+  CHECK(attn_attention(&p, &o) == ATTN_OK, "rounded call: %s", attn_last_error());
+  double most = 0.0;
+  for (const float *a = &out[0][0][0][0], *e = &exact[0][0][0][0];
+       a < &out[0][0][0][0] + sizeof out / sizeof(float); ++a, ++e) {
+    const double diff = fabs((double)*a - (double)*e);
+    if (diff > most) most = diff;
+  }
+  CHECK(most > 0.0, "rounding the inputs changed nothing");
+  CHECK(most < 0.05, "rounding the inputs moved an output by %g", most);
+}
+
 int main(void) {
   unsigned state = 12345u;
   for (float* x = &q[0][0][0][0]; x < &q[0][0][0][0] + sizeof q / sizeof(float); ++x) *x = next_value(&state);
@@ -310,6 +335,7 @@ int main(void) {
   test_16bit(ATTN_F32, ATTN_F16, ATTN_BF16); /* mixed: each tensor its own type */
   test_16bit(ATTN_BF16, ATTN_F16, ATTN_F32);
   test_invalid_dtype();
+  test_round_inputs_to_bf16();
   test_tuning_file_errors_are_statuses();
   CHECK(strlen(attn_version()) > 0, "empty version");
   CHECK(strlen(attn_current_target()) > 0, "empty target");

@@ -198,6 +198,14 @@ struct Options {
   KernelId kernel = KernelId::kAuto;
   int threads = 0;  // 0: OpenMP's default (omp_get_max_threads)
   Tiles tiles;      // overrides; zero fields = default
+  // Opt-in to bf16 arithmetic for float32 / f16 inputs: Q, K and V that are
+  // not bf16 are first rounded to bf16 (to nearest even; into copies, O(size
+  // of Q, K, V) extra memory and one pass over them), and the call computes
+  // attention of those bf16 values on the dot path in force ("bf16
+  // dot-product paths" below: avx512bf16 / amx where they run). Without it
+  // an input is never rounded (exact widening). Meant for prefill: a decode
+  // step would copy its whole KV cache; keep such a cache in bf16 instead.
+  bool round_inputs_to_bf16 = false;
 };
 
 // Computes attention; throws attn::Error on invalid input (nothing written).

@@ -121,6 +121,9 @@ typedef struct attn_options_t {
   int q_block;          /**< tile overrides; 0 = the default for the shape */
   int kv_block;
   int kv_splits;
+  /** Nonzero: round float32 / f16 q, k, v to bf16 first and compute with the
+   * bf16 dot-product paths (attn::Options::round_inputs_to_bf16); default 0. */
+  int round_inputs_to_bf16;
 } attn_options_t;
 
 /** Sets every field to its default (batch = heads = 1, mask col_stride 1,

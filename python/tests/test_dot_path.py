@@ -59,3 +59,23 @@ def test_every_path_is_within_its_bound(rng, restore, path, kernel, causal):
     if causal is False:
         with pytest.raises(AssertionError, match="exceeds the bound"):
             check(got, wrong, v, "f32", None if path == "widen" else abs_v)
+
+
+@pytest.mark.parametrize("path", ["avx512bf16-emulated", "amx-emulated", "avx512bf16", "amx"])
+@pytest.mark.parametrize("name", ["f32", "f16"])
+def test_round_inputs_to_bf16_is_the_bf16_problem_of_the_values(rng, restore, path, name):
+    """Opting in rounds float32 / float16 inputs to bf16: the result is, bit
+    for bit, that of the same call on the values rounded to bf16; without
+    the option the inputs stay exact."""
+    if path not in attn.supported_dot_paths():
+        pytest.skip(f"{path} cannot run on this CPU ({attn.current_target()})")
+    attn.force_dot_path(path)
+    q, k, v = (rand(rng, (1, 2, 41, 32), name), rand(rng, (1, 2, 45, 32), name),
+               rand(rng, (1, 2, 45, 16), name))
+    got = attn.attention(q, k, v, causal="bottom_right", out_dtype=np.float32,
+                         round_inputs_to_bf16=True)
+    bf = [x.astype(np.float32).astype(dtype("bf16")) for x in (q, k, v)]
+    want = attn.attention(*bf, causal="bottom_right", out_dtype=np.float32)
+    np.testing.assert_array_equal(got, want)
+    exact = attn.attention(q, k, v, causal="bottom_right", out_dtype=np.float32)
+    assert not np.array_equal(exact, got)  # the default does not round
