@@ -3,7 +3,7 @@
 # kernel. Not run by .ci/run (each builds the library once more); see
 # README.md, "Reliability".
 #
-#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge] [--keep]  (default: tail)
+#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum] [--keep]  (default: tail)
 #
 # tail    .ci/planted/tail-off-by-one.patch (issue 7): the tail block of
 #         ForEachRowBlock (kernels/common/microkernels-inl.h) gets one row
@@ -43,6 +43,13 @@
 #         kernel stops zeroing the weights of the padding keys of a group's
 #         last 32-key step (kernels/amx/head-body.h), so causal groups mix
 #         stale weights. Release build; tests/bf16dot_test must fail.
+# narrowsum .ci/planted/narrow-reduction-swapped.patch (issue 24): the
+#         decode (narrow) path's AVX-512 reduction of sixteen dot products
+#         (SumBlocksOfFour, kernels/streaming/narrow-inl.h) returns keys
+#         0-7 and 8-15 in each other's lanes. Release build; tests/
+#         kernels_test must fail at the AVX3 target, so only on an AVX-512
+#         CPU (elsewhere that code never runs: exit 1). Measured on AMD EPYC
+#         Zen 5: decode shapes fail by 0.06 against bounds of ~2e-6.
 #
 # Each: copies the committed tree (git archive HEAD) to a temporary
 # directory, applies the patch there (never to the tree), builds the one
@@ -58,8 +65,8 @@ keep=0
 for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
-    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge) case=$arg ;;
-    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge] [--keep]" >&2; exit 2 ;;
+    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum) case=$arg ;;
+    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum] [--keep]" >&2; exit 2 ;;
   esac
 done
 configure=(-DCMAKE_BUILD_TYPE=Release)  # the README's build, unless the case says otherwise
@@ -79,6 +86,7 @@ case "$case" in
   bf16edge) patch=.ci/planted/bf16-odd-key-dropped.patch test=bf16dot_test filter='Shapes/Bf16DotKernels.*' ;;
   amxvnni) patch=.ci/planted/amx-key-halves-swapped.patch test=bf16dot_test filter='Shapes/Bf16DotKernels.*' ;;
   amxedge) patch=.ci/planted/amx-padding-weights-stale.patch test=bf16dot_test filter='Shapes/Bf16DotKernels.*' ;;
+  narrowsum) patch=.ci/planted/narrow-reduction-swapped.patch test=kernels_test filter='Shapes/KernelsTest.*' ;;
   arm)
     patch=.ci/planted/fp16-sign-dropped.patch test=dtype_test filter='*'
     # Relative: cmake finds it in the copied source tree.

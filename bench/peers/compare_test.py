@@ -58,6 +58,66 @@ class ElementTypes(unittest.TestCase):
         self.assertEqual(peers.parse_shape("single:1:8:8:64:1")["dtype"], "f32")
 
 
+class DecodeSet(unittest.TestCase):
+    def test_kv_cache_rows_bytes_and_labels(self):
+        shapes = compare.shapes("decode")
+        self.assertEqual({(s["H"], s["Hkv"]) for s in shapes}, {(16, 16), (32, 8)})
+        gqa = dict(next(s for s in shapes if s["Hkv"] == 8 and s["Tk"] == 32768), kv="f16")
+        self.assertEqual(compare.bench_name("auto", gqa, 2),
+                         "auto/decode/Hq:32/Hkv:8/Tk:32768/d:128/kv:f16/threads:2")
+        self.assertEqual(compare.bench_name("auto", dict(gqa, kv="f32"), 1),
+                         "auto/decode/Hq:32/Hkv:8/Tk:32768/d:128/threads:1")
+        # K and V read once per K/V head: 8 heads, 2 bytes an element.
+        self.assertEqual(compare.kv_bytes(gqa), 2.0 * 8 * 32768 * 2 * 128)
+        # q8_0: 34 bytes per block of 32.
+        self.assertEqual(compare.kv_bytes(dict(gqa, kv="q8_0")), 34.0 * 8 * 32768 * 2 * 4)
+        self.assertIn("kv:q8_0", compare.label(dict(gqa, kv="q8_0")))
+        # The old decode rows keep their names and bytes.
+        dec = {"kind": "decode", "H": 16, "Tq": 1, "Tk": 4096, "d": 128, "causal": 0}
+        self.assertEqual(compare.bench_name("auto", dec, 1),
+                         "auto/decode/Hq:16/Hkv:16/Tk:4096/d:128/threads:1")
+        self.assertEqual(compare.kv_bytes(dec), 4.0 * 16 * 4096 * 2 * 128)
+
+    def test_peers_py_peers_skip_what_they_cannot_run(self):
+        mha = {"kind": "decode", "H": 16, "Hkv": 16, "Tq": 1, "Tk": 4096, "d": 128,
+               "causal": 0, "kv": "f32"}
+        self.assertIsNone(compare.peer_runs_shape("torch", mha))
+        self.assertIn("GQA", compare.peer_runs_shape("torch", dict(mha, Hkv=8)))
+        self.assertIn("not run", compare.peer_runs_shape("jax", dict(mha, kv="q8_0")))
+        self.assertIsNone(compare.peer_runs_shape("ggml", dict(mha, Hkv=8, kv="q8_0")))
+
+
+class Ggml(unittest.TestCase):
+    """The ggml worker's own path, where ggml-python is importable (its venv:
+    ATTN_GGML_VENV=/tmp/attn-ggml /tmp/attn-ggml/bin/python compare_test.py)."""
+
+    def test_flash_attn_ext_matches_the_float64_reference(self):
+        try:
+            import ctypes
+            import ggml
+        except ImportError:
+            self.skipTest("ggml-python is not installed (see compare.py --peers ggml)")
+        params = ggml.ggml_threadpool_params_default(1)
+        tp = ggml.ggml_threadpool_new(ctypes.byref(params))
+        for kv in ("f32", "f16", "q8_0"):
+            for hq, hkv in ((2, 2), (8, 2)):
+                s = {"kind": "decode", "H": hq, "Hkv": hkv, "Tq": 1, "Tk": 301, "d": 64,
+                     "causal": 0, "kv": kv}
+                g = compare.GgmlDecode(ggml, tp, 1, s, seed=3)
+                g()
+                err = float(abs(g.result() - g.reference()).max())
+                # A wrong head mapping (every query head on K/V head 0) is
+                # far outside the bound the worker holds ggml to.
+                if hkv > 1:
+                    wrong = g.reference()
+                    wrong[-1] = wrong[0]
+                    self.assertGreater(float(abs(g.result() - wrong).max()),
+                                       compare.GGML_CHECK_BOUND[kv], (kv, hq, hkv))
+                g.free()
+                self.assertLess(err, compare.GGML_CHECK_BOUND[kv], (kv, hq, hkv))
+        ggml.ggml_threadpool_free(tp)
+
+
 class MergePeer(unittest.TestCase):
     def test_keeps_the_faster_run(self):
         slow, fast = {"ok": True, "gflops": 3.0}, {"ok": True, "gflops": 4.0}

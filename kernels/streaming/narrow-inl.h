@@ -31,6 +31,53 @@
 // loaded as they are and widened in registers (widen-inl.h LoadWide): decode
 // reads half the bytes of float32. Extra memory:
 // R·(d + kv_block + dv + padding) floats (NarrowScratch).
+//
+// Decode from DRAM against attn-bench's read probe (bw_frac), measured on
+// AMD EPYC Zen 5 (family 26 model 2, AVX3, 48 KiB L1D, 1 MiB L2 a core; a
+// 2-core VM whose other core was compiling throughout, so single figures
+// move by +-15% and only repeated, alternated comparisons count), T_k =
+// 32768, d = 128, one thread, probe 33-37 GB/s (8 streams): 16 heads f32
+// 0.63-0.65, f16 0.59-0.61, bf16 0.65-0.67; GQA 32/8 f32 0.54, f16 0.44,
+// bf16 0.44-0.52; two threads 0.49-0.60 of the two-thread probe. The same
+// code from L2 (1 head, 512-1024 keys) ran at 60-67 GB/s for f32, 50 for
+// f16, and 24-35 for a GQA group of 4 f32 rows (15-22 for f16): the DRAM
+// rates are close to 1 / (1 / probe + 1 / cached rate), i.e. the memory
+// time adds to the compute time instead of hiding behind it, and a GQA
+// group (4 rows on each loaded byte) is bounded by compute alone. Measured
+// (alternated, same process as a plain 8-stream read), and not kept:
+// - more independent streams: the view's key range cut into 2, 4 or 8
+//   segments of whole tiles, taken in turn, each with its own softmax state
+//   merged at the end (up to 16 K/V streams): 21.0-23.0 GB/s against
+//   21.1-22.4 for one segment (16 heads, f32): no change;
+// - K prefetch distance 0, 8, 32, 128 KiB ahead (the rule below is 8 KiB at
+//   d = 128) x V prefetched for the current tile, 16 or 64 KiB ahead: all
+//   19-24 GB/s, the spread of the noise; with neither K nor V prefetched the
+//   code from L2 is 25-30% faster (88 against 67 GB/s: the prefetch loops
+//   are a quarter of the score pass's time) but from DRAM 5-10% slower, so
+//   both stay;
+// - V tile 8, 32 or 64 KiB instead of 16: 32 KiB measured 24.2-25.1 against
+//   21.8-23.0 GB/s for 16 heads f32, f16 and GQA within the noise; not
+//   taken, as 32 KiB is the whole L1D of Zen 3 / Zen 4, where the comment
+//   in NarrowHead measured the passes evicting each other;
+// - the tile down to 8 or 16 keys with no software prefetch at all (K and V
+//   advancing together, as ggml's flash_attn_ext reads them): 13-20 GB/s
+//   against 24 for the rule here;
+// - prefetcht1, prefetcht2, prefetchnta instead of prefetcht0, or without
+//   the extra request for each row's last byte: 18-23.5 GB/s, the noise.
+// Kept: with AVX-512's 32 registers, 16 score accumulators (12 for 3 rows)
+// finished in vector registers (SumBlocksOfFour), and 4 (not 2) V vectors
+// a mix pass for 3-4 rows: the GQA group of 4 f16 rows from L2 went from
+// 15-22 to 23-25 GB/s, and from DRAM 15.9-19.2 to 16.4-20.7 GB/s; 16 keys
+// a block for one row measured within the noise (kernels_test, dtype_test
+// and gqa_test hold every variant to the float64 bound, and fail by 0.06
+// against bounds of ~2e-6 when SumBlocksOfFour swaps its lanes:
+// .ci/planted_bug.sh narrowsum). For scale, ggml's flash_attn_ext (ggml-
+// python 0.0.45, same VM, one thread, bench/peers/compare.py --set decode)
+// read 16 heads of f32 K/V at 25.6 GB/s to attn's 21.1, f16 at 24.5 to
+// 20.7. The bar of 0.85 of the probe is not reached on this CPU: that needs
+// the compute from cache well above the probe's rate (it is 1.7-1.9x for
+// 16 heads, ~1x for GQA), i.e. cheaper reductions and softmax per key, or
+// an overlap of memory and compute that none of the variants above gave.
 #if defined(ATTN_KERNELS_STREAMING_NARROW_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_KERNELS_STREAMING_NARROW_INL_H_
 #undef ATTN_KERNELS_STREAMING_NARROW_INL_H_
@@ -116,12 +163,39 @@ HWY_INLINE VF SumFourPerBlock(VF a0, VF a1, VF a2, VF a3) {
   return hn::Add(hn::BitCast(df, lo), hn::BitCast(df, hi));
 }
 
+// Whether the target has 32 vector registers (AVX-512) for the blocks
+// below; other targets are sized for 16.
+constexpr bool kNarrowWideRegisters = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3;
+
 // Keys per score block for R rows: R·KB independent accumulators, enough to
 // hide the FMA latency with 16 registers (R·KB + R q vectors + 1 temporary).
+// With 32 registers, 16 accumulators (12 for R = 3), which SumBlocksOfFour
+// reduces at once: a GQA group of 4 rows then takes 4 keys at a time
+// instead of 2 (the reduction, not the FMAs, was most of the score time:
+// see the file comment).
 template <int R>
 constexpr int NarrowKeysPerBlock() {
+  if (kNarrowWideRegisters) return R == 1 ? 16 : R == 2 ? 8 : 4;
   return R == 1 ? 8 : R == 2 ? 4 : R == 3 ? 4 : 2;
 }
+
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// Lane 4g + m = Σ of w[g]'s lanes 4b + m over its four 128-bit blocks b
+// (w[g] = SumFourPerBlock of accumulators 4g..4g+3): sixteen dot products
+// finished in vector registers, with no store and scalar adds per block.
+HWY_INLINE VF SumBlocksOfFour(VF w0, VF w1, VF w2, VF w3) {
+  const DF df;
+  // Blocks [b0 + b1, b0 + b1, b2 + b3, b2 + b3] of each.
+  const VF t0 = hn::Add(w0, hn::SwapAdjacentBlocks(w0));
+  const VF t1 = hn::Add(w1, hn::SwapAdjacentBlocks(w1));
+  const VF t2 = hn::Add(w2, hn::SwapAdjacentBlocks(w2));
+  const VF t3 = hn::Add(w3, hn::SwapAdjacentBlocks(w3));
+  // [w0 (b0+b1), w1 (b0+b1), w0 (b2+b3), w1 (b2+b3)], and w2, w3 likewise.
+  const VF u01 = hn::OddEvenBlocks(t1, t0);
+  const VF u23 = hn::OddEvenBlocks(t3, t2);
+  return hn::Add(hn::ConcatLowerLower(df, u23, u01), hn::ConcatUpperUpper(df, u23, u01));
+}
+#endif
 
 // Scores of R rows against KB keys starting at k: s(r)[j0 + b] for b < KB.
 // TK: K's storage type (float, hwy::bfloat16_t, hwy::float16_t).
@@ -141,8 +215,20 @@ HWY_INLINE void NarrowScoreBlock(const NarrowScratch& scratch, int64_t row0, int
       for (int r = 0; r < R; ++r) acc[r * KB + b] = hn::MulAdd(q[r], kv, acc[r * KB + b]);
     }
   }
-  // Horizontal sums, four accumulators at a time.
-  float sums[R * KB + 3];
+  // Horizontal sums, four accumulators at a time (sixteen on AVX-512).
+  float sums[R * KB + 15];
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  auto acc_or_zero = [&](int a) { return a < R * KB ? acc[a] : hn::Zero(df); };
+  for (int a = 0; a < R * KB; a += 16) {
+    VF w[4];
+    for (int g = 0; g < 4; ++g) {
+      const int b = a + 4 * g;
+      w[g] = SumFourPerBlock(acc_or_zero(b), acc_or_zero(b + 1), acc_or_zero(b + 2),
+                             acc_or_zero(b + 3));
+    }
+    hn::StoreU(SumBlocksOfFour(w[0], w[1], w[2], w[3]), df, sums + a);
+  }
+#else
   HWY_ALIGN float blocks[hn::MaxLanes(DF())];
   for (int a = 0; a < R * KB; a += 4) {
     const VF w = SumFourPerBlock(acc[a], a + 1 < R * KB ? acc[a + 1] : hn::Zero(df),
@@ -155,6 +241,7 @@ HWY_INLINE void NarrowScoreBlock(const NarrowScratch& scratch, int64_t row0, int
       sums[a + m] = total;
     }
   }
+#endif
   for (int r = 0; r < R; ++r) {
     const float* HWY_RESTRICT q = scratch.q(row0 + r);
     for (int b = 0; b < KB; ++b) {
@@ -261,7 +348,11 @@ HWY_INLINE void NarrowMixChunkN(int64_t vectors, const NarrowScratch& scratch, i
 template <int R, typename TV>
 HWY_INLINE void NarrowMixTile(const NarrowScratch& scratch, int64_t row0, int64_t keys,
                               const TV* HWY_RESTRICT v, int64_t v_stride, int64_t dv) {
-  constexpr int CV = R == 1 ? 8 : R == 2 ? 4 : 2;
+  // R·CV accumulators + CV V vectors; with 32 registers a 4-row group mixes
+  // 4 vectors a pass, so a tile's V rows are loaded (and a 16-bit V widened)
+  // half as often as with 2.
+  constexpr int CV = kNarrowWideRegisters ? (R == 1 ? 8 : R == 2 ? 8 : 4)
+                                          : (R == 1 ? 8 : R == 2 ? 4 : 2);
   const int64_t N = int64_t(hn::Lanes(DF()));
   const int64_t vectors = dv / N;
   bool any_hidden = false;
