@@ -25,7 +25,22 @@ void NaiveAttention(const Problem& problem, const RunConfig& config);
 
 namespace {
 
-std::string DeclinesNothing(const Problem&) { return ""; }
+// The score modifiers (attn.h: window, softcap, ALiBi, sinks) are computed
+// by the naive kernel so far; the SIMD rows decline them, so that auto
+// runs naive and an explicit kernel says why.
+std::string DeclinesScoreModifiers(const Problem& p) {
+  if (!p.HasScoreModifiers()) return "";
+  return "the sliding window, soft-cap, ALiBi and sink modifiers are computed by the naive "
+         "kernel only so far";
+}
+std::string AmxRowDeclines(const Problem& p) {
+  std::string why = DeclinesScoreModifiers(p);
+  return why.empty() ? AmxDeclines(p) : why;
+}
+std::string Avx512Bf16RowDeclines(const Problem& p) {
+  std::string why = DeclinesScoreModifiers(p);
+  return why.empty() ? Avx512Bf16Declines(p) : why;
+}
 
 // The bf16 dot-product rows: all-bf16 problems, when a dot path of theirs
 // is in force (dispatch/dot_path.cc); the hardware or the emulated layer as
@@ -82,31 +97,31 @@ const std::vector<KernelImpl>& Table() {
       {Info(KernelId::kParallel, "parallel",
             "the AMX streaming kernel over OpenMP threads",
             true, true, true, true, true),
-       ATTN_KERNEL_PARALLEL, &AmxDeclines, &ParallelAmxAttention, kAmxPath},
+       ATTN_KERNEL_PARALLEL, &AmxRowDeclines, &ParallelAmxAttention, kAmxPath},
       {Info(KernelId::kParallel, "parallel",
             "the bf16 dot-product streaming kernel over OpenMP threads",
             true, true, true, true, true),
-       ATTN_KERNEL_PARALLEL, &Avx512Bf16Declines, &ParallelBf16DotAttention, kBf16DotPath},
+       ATTN_KERNEL_PARALLEL, &Avx512Bf16RowDeclines, &ParallelBf16DotAttention, kBf16DotPath},
       {Info(KernelId::kParallel, "parallel",
             "the streaming kernel over OpenMP threads; split-KV when items are few",
             true, true, true, true, true),
-       ATTN_KERNEL_PARALLEL, &DeclinesNothing, &ParallelAttention},
+       ATTN_KERNEL_PARALLEL, &DeclinesScoreModifiers, &ParallelAttention},
       {Info(KernelId::kStreaming, "streaming",
             "online softmax in AMX tiles: tdpbf16ps for Q·Kᵀ and P·V",
             true, false, true, true, false),
-       ATTN_KERNEL_STREAMING, &AmxDeclines, &StreamingAmxAttention, kAmxPath},
+       ATTN_KERNEL_STREAMING, &AmxRowDeclines, &StreamingAmxAttention, kAmxPath},
       {Info(KernelId::kStreaming, "streaming",
             "online softmax over bf16 pairs: bf16 dot products for Q·Kᵀ and P·V",
             true, false, true, true, false),
-       ATTN_KERNEL_STREAMING, &Avx512Bf16Declines, &StreamingBf16DotAttention, kBf16DotPath},
+       ATTN_KERNEL_STREAMING, &Avx512Bf16RowDeclines, &StreamingBf16DotAttention, kBf16DotPath},
       {Info(KernelId::kStreaming, "streaming",
             "SIMD online softmax (flash attention), O(tile) memory, one thread",
             true, false, true, true, false),
-       ATTN_KERNEL_STREAMING, &DeclinesNothing, &StreamingAttention},
+       ATTN_KERNEL_STREAMING, &DeclinesScoreModifiers, &StreamingAttention},
       {Info(KernelId::kBlocked, "blocked",
             "SIMD, whole score rows of one query panel, exact two-pass softmax",
             true, false, false, true, false),
-       ATTN_KERNEL_BLOCKED, &DeclinesNothing, &BlockedAttention},
+       ATTN_KERNEL_BLOCKED, &DeclinesScoreModifiers, &BlockedAttention},
       {Info(KernelId::kNaive, "naive",
             "scalar float32, materialises the T_q x T_k scores: the simple reference",
             false, false, false, false, false),

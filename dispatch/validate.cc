@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -138,6 +139,45 @@ void RequireDisjoint(const StridedView& output, const StridedView& input, bool a
   }
 }
 
+// attn.h "Score modifiers". Reads the sink and slope arrays (a few floats
+// per head), allocating nothing on a valid problem.
+void ValidateScoreModifiers(const Problem& p) {
+  if (p.window.left < -1) Fail("window.left", Str(p.window.left), "must be >= 0 or -1 (unbounded)");
+  if (p.window.right < -1) {
+    Fail("window.right", Str(p.window.right), "must be >= 0 or -1 (unbounded)");
+  }
+  if (!std::isfinite(p.softcap) || p.softcap < 0.0f) {
+    Fail("softcap", Str(p.softcap), "must be finite and >= 0 (0 = none)");
+  }
+  if (p.sinks.data) {
+    if (p.sinks.size != p.q_heads) {
+      Fail("sinks.size", Str(p.sinks.size), "must be q_heads (" + Str(p.q_heads) + ")");
+    }
+    for (int64_t h = 0; h < p.q_heads; ++h) {
+      const float s = p.sinks.data[h];
+      if (std::isnan(s) || s == std::numeric_limits<float>::infinity()) {
+        Fail("sinks[" + Str(h) + "]", Str(s), "must be finite or -inf (no sink)");
+      }
+    }
+  } else if (p.sinks.size != 0) {
+    Fail("sinks.size", Str(p.sinks.size), "must be 0 when sinks.data is null");
+  }
+  if (p.alibi_slopes.data) {
+    const int64_t bs = p.alibi_slopes.batch_stride;
+    if (bs != 0 && bs < p.q_heads) {
+      Fail("alibi_slopes.batch_stride", Str(bs),
+           "must be 0 (shared by every batch) or >= q_heads (" + Str(p.q_heads) + ")");
+    }
+    for (int64_t b = 0; b < (bs ? p.batch : 1); ++b)
+      for (int64_t h = 0; h < p.q_heads; ++h) {
+        const float slope = p.alibi_slopes.data[b * bs + h];
+        if (!std::isfinite(slope)) {
+          Fail("alibi_slopes[" + Str(b * bs + h) + "]", Str(slope), "must be finite");
+        }
+      }
+  }
+}
+
 void Validate(const Problem& p) {
   RequirePositive("batch", p.batch);
   RequirePositive("q_heads", p.q_heads);
@@ -151,6 +191,8 @@ void Validate(const Problem& p) {
   if (p.value_dim) RequirePositive("value_dim", *p.value_dim);
   const int64_t dv = p.ValueDim();
   if (p.scale && !std::isfinite(*p.scale)) Fail("scale", Str(*p.scale), "must be finite");
+
+  ValidateScoreModifiers(p);
 
   const StridedView q = CheckTypedTensor("q", p.q, p.batch, p.q_heads, p.q_len, p.head_dim);
   const StridedView k = CheckTypedTensor("k", p.k, p.batch, p.kv_heads, p.kv_len, p.head_dim);

@@ -11,6 +11,7 @@ HeadView HeadView::Rows(int64_t begin, int64_t end) const {
   view.tq = end - begin;
   // Row i of the sub-view is row begin + i of this view.
   if (causal_offset != kNoCausal) view.causal_offset = causal_offset + begin;
+  view.diag_offset = diag_offset + begin;
   return view;
 }
 
@@ -22,6 +23,9 @@ HeadView HeadView::Keys(int64_t begin, int64_t end) const {
   view.tk = end - begin;
   // Key j of the sub-view is key begin + j of this view.
   if (causal_offset != kNoCausal) view.causal_offset = causal_offset - begin;
+  view.diag_offset = diag_offset - begin;
+  // The sink is one virtual key: the part holding key 0 carries it.
+  if (begin > 0) view.sink = -std::numeric_limits<float>::infinity();
   return view;
 }
 
@@ -60,6 +64,12 @@ HeadView MakeHeadView(const Problem& p, int64_t b, int64_t h) {
     case Causal::kBottomRight: view.causal_offset = p.kv_len - p.q_len; break;
     case Causal::kTopLeft: view.causal_offset = 0; break;
   }
+  view.diag_offset = p.causal == Causal::kTopLeft ? 0 : p.kv_len - p.q_len;
+  view.window_left = p.window.left;
+  view.window_right = p.window.right;
+  view.softcap = p.softcap;
+  if (p.alibi_slopes.data) view.alibi_slope = p.alibi_slopes.data[b * p.alibi_slopes.batch_stride + h];
+  if (p.sinks.data) view.sink = p.sinks.data[h];
   return view;
 }
 
@@ -67,8 +77,11 @@ HeadViews::HeadViews(const Problem& p) : problem_(&p) {
   const int64_t group = p.q_heads / p.kv_heads;
   // Top-left causal at T_q = 1 hides keys >= 1 from the query: rows of a
   // group view would need different limits, so only these two qualify.
+  // Rows of a group view are heads: per-head ALiBi slopes and sinks, and a
+  // window's limit, are per view, so those problems are not grouped.
   grouped_ = p.q_len == 1 && group > 1 &&
-             (p.causal == Causal::kNone || p.causal == Causal::kBottomRight);
+             (p.causal == Causal::kNone || p.causal == Causal::kBottomRight) &&
+             p.window.left < 0 && p.window.right < 0 && !p.alibi_slopes.data && !p.sinks.data;
   count_ = p.batch * (grouped_ ? p.kv_heads : p.q_heads);
   rows_ = grouped_ ? group : p.q_len;
 }

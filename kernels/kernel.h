@@ -37,6 +37,25 @@ struct HeadView {
   int64_t tq = 0, tk = 0, d = 0, dv = 0;
   float scale = 1.0f;
   int64_t causal_offset = kNoCausal;
+  // Score modifiers (attn.h "Score modifiers"), in this view's coordinates:
+  // row i's diagonal key is i + diag_offset.
+  int64_t diag_offset = 0;
+  int64_t window_left = -1, window_right = -1;  // -1: unbounded
+  float softcap = 0.0f;      // 0: none
+  float alibi_slope = 0.0f;  // 0: none
+  // The row's sink logit, -inf for none. A key-range sub-view (split-KV)
+  // keeps it only if it starts at key 0, so the merge counts it once.
+  float sink = -std::numeric_limits<float>::infinity();
+  bool HasScoreModifiers() const {
+    return window_left >= 0 || window_right >= 0 || softcap != 0.0f || alibi_slope != 0.0f ||
+           sink != -std::numeric_limits<float>::infinity();
+  }
+  // Whether the window lets row i see key j (the causal limit apart).
+  bool InWindow(int64_t i, int64_t j) const {
+    const int64_t diag = i + diag_offset;
+    return (window_left < 0 || j >= diag - window_left) &&
+           (window_right < 0 || j <= diag + window_right);
+  }
   DType q_type = DType::kF32, k_type = DType::kF32, v_type = DType::kF32,
         out_type = DType::kF32;
 

@@ -1,6 +1,7 @@
 #include "reference/reference.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 namespace attn::reference {
@@ -45,6 +46,18 @@ bool CausallyVisible(const Problem& p, int64_t i, int64_t j) {
   return true;
 }
 
+// attn.h "Score modifiers": the diagonal key of query row i.
+int64_t Diagonal(const Problem& p, int64_t i) {
+  return p.causal == Causal::kTopLeft ? i : i + p.kv_len - p.q_len;
+}
+
+bool InWindow(const Problem& p, int64_t i, int64_t j) {
+  const int64_t diag = Diagonal(p, i);
+  if (p.window.left >= 0 && j < diag - p.window.left) return false;
+  if (p.window.right >= 0 && j > diag + p.window.right) return false;
+  return true;
+}
+
 }  // namespace
 
 HeadStages Stages(const Problem& p, int64_t b, int64_t h) {
@@ -54,6 +67,11 @@ HeadStages Stages(const Problem& p, int64_t b, int64_t h) {
   const void* k = Advance(p.k.data, p.k.dtype, b * p.k.batch_stride + kv_h * p.k.head_stride);
   const void* v = Advance(p.v.data, p.v.dtype, b * p.v.batch_stride + kv_h * p.v.head_stride);
   const double scale = p.Scale();
+  const double cap = p.softcap;
+  const double slope =
+      p.alibi_slopes.data ? double(p.alibi_slopes.data[b * p.alibi_slopes.batch_stride + h]) : 0.0;
+  // The sink: one more key with this score and value 0 (-inf: none).
+  const double sink = p.sinks.data ? double(p.sinks.data[h]) : -kInf;
 
   HeadStages s;
   s.q_len = tq;
@@ -77,16 +95,18 @@ HeadStages Stages(const Problem& p, int64_t b, int64_t h) {
       s.scores[ij] = dot;
       s.scaled[ij] = dot * scale;
       double masked = s.scaled[ij];
+      if (cap > 0.0) masked = cap * std::tanh(masked / cap);
+      masked -= slope * double(std::llabs(Diagonal(p, i) - j));
       if (p.mask.data) {
         masked += double(p.mask.data[b * p.mask.batch_stride + h * p.mask.head_stride +
                                      i * p.mask.row_stride + j * p.mask.col_stride]);
       }
-      if (!CausallyVisible(p, i, j)) masked = -kInf;
+      if (!CausallyVisible(p, i, j) || !InWindow(p, i, j)) masked = -kInf;
       s.masked[ij] = masked;
     }
 
     const double* row = &s.masked[i * tk];
-    double max = -kInf;
+    double max = sink;
     bool has_nan = false;
     for (int64_t j = 0; j < tk; ++j) {
       if (std::isnan(row[j])) has_nan = true;
@@ -105,7 +125,7 @@ HeadStages Stages(const Problem& p, int64_t b, int64_t h) {
       s.lse[i] = -kInf;
       continue;
     }
-    double sum = 0.0;
+    double sum = sink == -kInf ? 0.0 : std::exp(sink - max);
     for (int64_t j = 0; j < tk; ++j) {
       w[j] = std::exp(row[j] - max);
       sum += w[j];

@@ -5,10 +5,14 @@
 //
 //   scores  = Q·Kᵀ                      (inputs of any dtype, exactly in double)
 //   scaled  = scores · scale
-//   masked  = scaled + M, and -inf where the causal mask hides the key
+//   masked  = cap·tanh(scaled / cap) (soft-capping, if any) - slope·|diag(i) - j|
+//             (ALiBi, if any) + M, and -inf where the causal mask or the
+//             sliding window hides the key (attn.h "Score modifiers")
 //   weights = softmax(masked) per row, with the row max subtracted first
 //   out     = weights · V
 //   lse     = max + log Σ exp(masked - max)
+//   with a sink logit (attn.h), one more key of that score and value 0
+//   joins the max and the sums (so the row's weights sum to less than 1).
 //
 // Conventions (the kernels follow them):
 // - A fully masked row (every entry -inf) has weights 0, out 0, lse -inf.

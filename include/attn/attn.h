@@ -107,6 +107,39 @@ struct AdditiveMask {
   int64_t col_stride = 1;
 };
 
+// ---- Score modifiers (FlashAttention 2's conventions) ----------------------
+// Positions: query row i's "diagonal" key is i + T_k - T_q (bottom-right
+// alignment, FlashAttention's, used when causal is kNone or kBottomRight)
+// or i (kTopLeft). Writing diag(i) for it:
+// - Sliding window: key j is visible only if diag(i) - left <= j <= diag(i)
+//   + right; -1 leaves that side unbounded. With causal, j <= diag(i) holds
+//   as well (so right > 0 changes nothing). Keys outside are masked (-inf).
+struct Window {
+  int64_t left = -1;   // >= 0, or -1: unbounded
+  int64_t right = -1;  // >= 0, or -1: unbounded
+};
+// - Soft-capping (Problem::softcap, 0 = none): the scaled score s becomes
+//   cap · tanh(s / cap), before the ALiBi bias and the additive mask.
+// - ALiBi: the bias -slope · |diag(i) - j| is added to the (capped) score.
+//   One float32 slope per query head: slope[b * batch_stride + h], with
+//   batch_stride 0 (the same slopes for every batch) or >= q_heads.
+struct AlibiSlopes {
+  const float* data = nullptr;  // nullptr: no ALiBi
+  int64_t batch_stride = 0;
+};
+// - Attention sinks (gpt-oss): one float32 logit per query head, sink[h],
+//   that joins each row's softmax normaliser and contributes no value: a
+//   virtual key with score sink[h] (not scaled, capped or biased) and V = 0.
+//   The lse counts it: lse = log(Σ_visible exp(s_j) + exp(sink)), so a row
+//   whose keys are all masked has output 0 and lse = sink. As a key, it is
+//   merged like one: when a problem's keys are split into parts
+//   (split-KV, MergeAttention, ring attention), exactly one part may carry
+//   the sinks, the others none, and the merge is exact. -inf is no sink.
+struct SinkLogits {
+  const float* data = nullptr;  // nullptr: no sinks
+  int64_t size = 0;             // must be q_heads
+};
+
 // Read-only log-sum-exp values lse[b][h][i] (an input of MergeAttention).
 // Strides in elements; may be 0 to broadcast.
 struct ConstLse {
@@ -145,6 +178,17 @@ struct Problem {
   Causal causal = Causal::kNone;
   AdditiveMask mask;
   LseOutput lse;
+
+  // Score modifiers (see "Score modifiers" above); the defaults change
+  // nothing.
+  Window window;
+  float softcap = 0.0f;  // 0: none; else finite and > 0
+  AlibiSlopes alibi_slopes;
+  SinkLogits sinks;
+  bool HasScoreModifiers() const {
+    return window.left >= 0 || window.right >= 0 || softcap != 0.0f || alibi_slopes.data ||
+           sinks.data;
+  }
 
   int64_t ValueDim() const { return value_dim ? *value_dim : head_dim; }
   float Scale() const;
@@ -319,3 +363,6 @@ void ForceDotPath(const std::string& name);
 Tiles DefaultTiles(int64_t q_len, int64_t kv_len, int64_t head_dim);
 
 }  // namespace attn
+
+// Variable-length batches and paged KV caches (attn::VarlenAttention,
+// attn::PagedAttention; FlashAttention's varlen and kvcache conventions).

@@ -12,6 +12,7 @@
 #include "kernels/kernel.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -56,15 +57,19 @@ void NaiveHead(const HeadView& h, NaiveScratch& scratch) {
       float dot = 0.0f;
       for (int64_t c = 0; c < h.d; ++c) dot += q[c] * k[c];
       float x = dot * h.scale;
+      if (h.softcap != 0.0f) x = h.softcap * std::tanh(x / h.softcap);
+      if (h.alibi_slope != 0.0f) x -= h.alibi_slope * float(std::llabs(i + h.diag_offset - j));
       if (h.mask) x += h.mask[i * h.mask_row_stride + j * h.mask_col_stride];
-      s[j] = h.Visible(i, j) ? x : -kInf;
+      s[j] = h.Visible(i, j) && h.InWindow(i, j) ? x : -kInf;
     }
   }
   for (int64_t i = 0; i < h.tq; ++i) {
     float* s = &scores[i * h.tk];
     // Written to out directly when it is float32, else rounded from o below.
     float* o = h.out_type == DType::kF32 ? static_cast<float*>(h.OutRow(i)) : scratch.out_row.data();
-    float max = -kInf;
+    // The sink is one more key (score h.sink, value 0): it joins the max
+    // and the sum, never the mix.
+    float max = h.sink;
     bool has_nan = false;
     for (int64_t j = 0; j < h.tk; ++j) {
       has_nan |= std::isnan(s[j]);
@@ -79,7 +84,7 @@ void NaiveHead(const HeadView& h, NaiveScratch& scratch) {
       for (int64_t c = 0; c < h.dv; ++c) o[c] = 0.0f;
       lse = -kInf;
     } else {
-      float sum = 0.0f;
+      float sum = h.sink == -kInf ? 0.0f : std::exp(h.sink - max);
       for (int64_t j = 0; j < h.tk; ++j) {
         // A masked key's weight is -0, so the mix below can skip it (its
         // value is never read) without skipping visible keys whose weight
