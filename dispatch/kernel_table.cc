@@ -25,13 +25,15 @@ void NaiveAttention(const Problem& problem, const RunConfig& config);
 
 namespace {
 
+std::string DeclinesNothing(const Problem&) { return ""; }
 // The score modifiers (attn.h: window, softcap, ALiBi, sinks) are computed
-// by the naive kernel so far; the SIMD rows decline them, so that auto
-// runs naive and an explicit kernel says why.
+// by the naive, streaming and parallel kernels (float32 FMA path); the
+// blocked kernel and the bf16 dot-product rows decline them (the generic
+// rows after them take such problems).
 std::string DeclinesScoreModifiers(const Problem& p) {
   if (!p.HasScoreModifiers()) return "";
-  return "the sliding window, soft-cap, ALiBi and sink modifiers are computed by the naive "
-         "kernel only so far";
+  return "the sliding window, soft-cap, ALiBi and sink modifiers are computed by the naive, "
+         "streaming and parallel kernels only";
 }
 std::string AmxRowDeclines(const Problem& p) {
   std::string why = DeclinesScoreModifiers(p);
@@ -105,7 +107,7 @@ const std::vector<KernelImpl>& Table() {
       {Info(KernelId::kParallel, "parallel",
             "the streaming kernel over OpenMP threads; split-KV when items are few",
             true, true, true, true, true),
-       ATTN_KERNEL_PARALLEL, &DeclinesScoreModifiers, &ParallelAttention},
+       ATTN_KERNEL_PARALLEL, &DeclinesNothing, &ParallelAttention},
       {Info(KernelId::kStreaming, "streaming",
             "online softmax in AMX tiles: tdpbf16ps for Q·Kᵀ and P·V",
             true, false, true, true, false),
@@ -117,7 +119,7 @@ const std::vector<KernelImpl>& Table() {
       {Info(KernelId::kStreaming, "streaming",
             "SIMD online softmax (flash attention), O(tile) memory, one thread",
             true, false, true, true, false),
-       ATTN_KERNEL_STREAMING, &DeclinesScoreModifiers, &StreamingAttention},
+       ATTN_KERNEL_STREAMING, &DeclinesNothing, &StreamingAttention},
       {Info(KernelId::kBlocked, "blocked",
             "SIMD, whole score rows of one query panel, exact two-pass softmax",
             true, false, false, true, false),

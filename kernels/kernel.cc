@@ -24,8 +24,6 @@ HeadView HeadView::Keys(int64_t begin, int64_t end) const {
   // Key j of the sub-view is key begin + j of this view.
   if (causal_offset != kNoCausal) view.causal_offset = causal_offset - begin;
   view.diag_offset = diag_offset - begin;
-  // The sink is one virtual key: the part holding key 0 carries it.
-  if (begin > 0) view.sink = -std::numeric_limits<float>::infinity();
   return view;
 }
 

@@ -43,12 +43,25 @@ struct HeadView {
   int64_t window_left = -1, window_right = -1;  // -1: unbounded
   float softcap = 0.0f;      // 0: none
   float alibi_slope = 0.0f;  // 0: none
-  // The row's sink logit, -inf for none. A key-range sub-view (split-KV)
-  // keeps it only if it starts at key 0, so the merge counts it once.
+  // The rows' sink logit, -inf for none. It is one virtual key: code that
+  // splits the keys into sub-views (Keys) gives it to exactly one of them.
   float sink = -std::numeric_limits<float>::infinity();
   bool HasScoreModifiers() const {
     return window_left >= 0 || window_right >= 0 || softcap != 0.0f || alibi_slope != 0.0f ||
            sink != -std::numeric_limits<float>::infinity();
+  }
+  // Row i sees no key before KeyBegin(i) (its window's left end), and none
+  // from VisibleEnd(i) on (the causal limit and the window's right end);
+  // both grow with i, so a block of rows needs [KeyBegin(first),
+  // VisibleEnd(last)).
+  int64_t KeyBegin(int64_t i) const {
+    if (window_left < 0) return 0;
+    return std::clamp<int64_t>(i + diag_offset - window_left, 0, tk);
+  }
+  int64_t VisibleEnd(int64_t i) const {
+    const int64_t end = KeyEnd(i);
+    if (window_right < 0) return end;
+    return std::clamp<int64_t>(i + diag_offset + window_right + 1, 0, end);
   }
   // Whether the window lets row i see key j (the causal limit apart).
   bool InWindow(int64_t i, int64_t j) const {

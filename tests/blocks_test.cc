@@ -19,6 +19,7 @@
 #include "kernels/streaming/streaming-inl.h"
 #include "kernels/common/softmax-inl.h"
 #include "kernels/common/microkernels-inl.h"
+#include "kernels/common/modifiers-inl.h"
 #include "kernels/common/widen-inl.h"
 
 #include <stddef.h>
@@ -605,6 +606,59 @@ HWY_NOINLINE void TestNarrowScoreTile() {
          ThisTarget(), int(hn::Lanes(DF())), check.worst);
 }
 
+// ---- Softcap -----------------------------------------------------------------
+
+// SoftcapScores (modifiers-inl.h) against cap·tanh(x / cap) in double, on a
+// dense sweep of [-40, 40]·cap, scores of every magnitude, and the special
+// values. The bound per element, in units of 2^-24: Highway's Tanh is
+// within 4 ULP of tanh(y) at the float32 quotient y = fl(x / cap), and y is
+// within 2^-24·|x / cap| of x / cap, which tanh moves by at most that times
+// 1 - tanh² (its derivative); then ×cap rounds once more (1/2 ULP, here 1).
+// So |got - want| <= 2^-24·cap·(6·|t| + |x / cap|·(1 - t²)) + the smallest
+// normal, with t = tanh(x / cap); ±inf gives ±cap and NaN stays NaN, as in
+// the reference.
+void TestSoftcap() {
+  const char* target = ThisTarget();
+  const int64_t N = int64_t(hn::Lanes(DF()));
+  for (const float cap : {0.5f, 1.0f, 30.0f, 50.0f}) {
+    std::vector<float> x;
+    for (int i = -40000; i <= 40000; ++i) x.push_back(float(i) * 1e-3f * cap);
+    for (int e = -140; e <= 127; e += 3) {
+      for (float sign : {-1.0f, 1.0f}) x.push_back(sign * std::ldexp(1.37f, e));
+    }
+    const float specials[] = {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
+                              -std::numeric_limits<float>::infinity(),
+                              std::numeric_limits<float>::max(), -std::numeric_limits<float>::max()};
+    for (float v : specials) x.push_back(v);
+    x.push_back(std::numeric_limits<float>::quiet_NaN());
+    while (int64_t(x.size()) % N) x.push_back(0.0f);
+    auto s = hwy::AllocateAligned<float>(x.size());
+    std::copy(x.begin(), x.end(), s.get());
+    SoftcapScores(s.get(), int64_t(x.size()), cap);
+    double worst = 0.0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (std::isnan(x[i])) {
+        EXPECT_TRUE(std::isnan(s[i])) << target << ": NaN became " << s[i];
+        continue;
+      }
+      const double y = double(x[i]) / double(cap), t = std::tanh(y);
+      const double want = double(cap) * t;
+      const double bound = std::ldexp(double(cap) * (6.0 * std::fabs(t) +
+                                                     (std::isinf(y) ? 0.0 : std::fabs(y) * (1.0 - t * t))),
+                                      -24) + 1.2e-38;
+      const double err = std::fabs(double(s[i]) - want);
+      worst = std::max(worst, err / bound);
+      if (!(err <= bound)) {
+        ADD_FAILURE() << target << ": softcap " << cap << " of " << x[i] << " = " << s[i]
+                      << ", want " << want << " (error " << err << ", bound " << bound << ")";
+        return;
+      }
+    }
+    printf("%s: softcap %g over %zu scores: worst error %.2f of the bound\n", target, double(cap),
+           x.size(), worst);
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace attn
 HWY_AFTER_NAMESPACE();
@@ -613,6 +667,7 @@ HWY_AFTER_NAMESPACE();
 namespace attn {
 HWY_BEFORE_TEST(Blocks);
 HWY_EXPORT_AND_TEST_P(Blocks, TestExpNonPositive);
+HWY_EXPORT_AND_TEST_P(Blocks, TestSoftcap);
 HWY_EXPORT_AND_TEST_P(Blocks, TestLoadWide);
 HWY_EXPORT_AND_TEST_P(Blocks, TestWidenScalar);
 HWY_EXPORT_AND_TEST_P(Blocks, TestForEachRowBlock);

@@ -322,18 +322,40 @@ TEST(Modifiers, BadValuesAreErrorsNamingTheField) {
   }
 }
 
-// Until the SIMD kernels compute them, their rows decline modified
-// problems with the reason, and auto runs the naive kernel.
-TEST(Modifiers, SimdRowsDeclineAndAutoRunsNaive) {
+// Every kernel variant that takes modified problems (streaming and
+// parallel: panel and narrow paths, split-KV, 1 and 2 threads) on every
+// target, against the reference with the naive kernel's bound
+// (test_util.h BoundFromNaive), for each modifier and all together.
+TEST(Modifiers, EveryKernelAndTargetIsWithinTheNaiveBound) {
+  std::vector<Variant> variants;
+  for (const Variant& v : KernelVariants()) {
+    if (v.options.kernel != KernelId::kBlocked) variants.push_back(v);
+  }
+  for (const Shape& s : ModifierShapes()) {
+    for (const Modifiers& m : AllModifiers()) {
+      SCOPED_TRACE(s.Name() + " " + m.name);
+      Modified x = Make(s, m);
+      ExpectVariantsWithinNaiveBound(x.owned, variants);
+    }
+  }
+}
+
+// The blocked kernel and the bf16 dot-product rows decline modified
+// problems with the reason; the generic streaming and parallel rows take
+// them (auto too), and the naive kernel.
+TEST(Modifiers, RowsThatDoNotComputeThemDecline) {
   Modifiers m;
   m.softcap = 1.0f;
   Modified x = Make(ModifierShapes()[0], m);
-  for (KernelId id : {KernelId::kStreaming, KernelId::kParallel, KernelId::kBlocked}) {
-    std::string why;
-    EXPECT_FALSE(KernelSupports(id, x.owned.problem, &why)) << KernelName(id);
-    EXPECT_NE(why.find("naive kernel only"), std::string::npos) << why;
-  }
-  EXPECT_EQ(ExplainChoice(x.owned.problem).kernel, KernelId::kNaive);
+  std::string why;
+  EXPECT_FALSE(KernelSupports(KernelId::kBlocked, x.owned.problem, &why));
+  EXPECT_NE(why.find("streaming and parallel kernels only"), std::string::npos) << why;
+  EXPECT_TRUE(KernelSupports(KernelId::kStreaming, x.owned.problem));
+  EXPECT_TRUE(KernelSupports(KernelId::kParallel, x.owned.problem));
+  Modified bf = Make(ModifierShapes()[2], m);  // all-bf16
+  ForceDotPath("avx512bf16-emulated");
+  EXPECT_STREQ(internal::ImplFor(KernelId::kStreaming, bf.owned.problem).path, "");
+  ForceDotPath("auto");
   const reference::Result ref = reference::Attention(x.owned.problem);
   x.owned.ClearOutputs();
   attention(x.owned.problem);

@@ -222,11 +222,25 @@ struct RowFinish {
   float inv, lse;
   bool empty;
 };
-HWY_INLINE RowFinish FinishRow(float max, float sum, bool nan) {
+//
+// A sink logit (attn.h "Score modifiers"; -inf: none) is one more key of
+// value 0: it joins the normaliser, so with m = max(max, sink) the row's
+// sum is sum·e^(max - m) + e^(sink - m), the output factor e^(max - m) /
+// that, and lse m + log of it (a row that saw no key: output 0, lse sink).
+HWY_INLINE RowFinish FinishRow(float max, float sum, bool nan,
+                               float sink = -std::numeric_limits<float>::infinity()) {
   constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   if (nan) return {kNaN, kNaN, false};
-  if (!(sum > 0.0f)) return {0.0f, -std::numeric_limits<float>::infinity(), true};
-  return {1.0f / sum, max + std::log(sum), false};
+  const bool empty = !(sum > 0.0f);
+  if (sink == kNegInf) {
+    if (empty) return {0.0f, kNegInf, true};
+    return {1.0f / sum, max + std::log(sum), false};
+  }
+  const float m = empty ? sink : std::max(max, sink);
+  const float keys = empty ? 0.0f : sum * std::exp(max - m);
+  const float total = keys + std::exp(sink - m);
+  return {empty ? 0.0f : std::exp(max - m) / total, m + std::log(total), empty};
 }
 
 // Writes the panel's rows: out[i][c] = Ot[c][i] / sum[i], lse[i] = max + log
@@ -239,14 +253,15 @@ HWY_INLINE RowFinish FinishRow(float max, float sum, bool nan) {
 // transpose was ~10% of the kernel when done element by element.
 HWY_INLINE void FinishPanel(const float* HWY_RESTRICT ot, const PanelStats& s, int64_t rows,
                             int64_t dv, float* HWY_RESTRICT out, int64_t out_stride,
-                            float* HWY_RESTRICT lse, int64_t lse_stride) {
+                            float* HWY_RESTRICT lse, int64_t lse_stride,
+                            float sink = -std::numeric_limits<float>::infinity()) {
   const size_t P = PanelWidth();
   // Per-row factor (FinishRow); fully masked rows are zeroed below.
   float inv[hn::MaxLanes(DF()) * kPanelVectors];
   bool empty[hn::MaxLanes(DF()) * kPanelVectors];
   bool any_empty = false;
   for (int64_t i = 0; i < rows; ++i) {
-    const RowFinish f = FinishRow(s.max[i], s.sum[i], s.nan[i] != 0.0f);
+    const RowFinish f = FinishRow(s.max[i], s.sum[i], s.nan[i] != 0.0f, sink);
     empty[i] = f.empty;
     any_empty |= f.empty;
     inv[i] = f.inv;
@@ -297,13 +312,15 @@ HWY_INLINE void FinishPanel(const float* HWY_RESTRICT ot, const PanelStats& s, i
 // T = 512 bf16 prefill on Zen 3 (attn-bench, bench/RESULTS.md).
 HWY_INLINE void FinishPanel(const float* HWY_RESTRICT ot, const PanelStats& s, int64_t rows,
                             int64_t dv, void* HWY_RESTRICT out, DType out_type,
-                            int64_t out_stride, float* HWY_RESTRICT lse, int64_t lse_stride) {
+                            int64_t out_stride, float* HWY_RESTRICT lse, int64_t lse_stride,
+                            float sink = -std::numeric_limits<float>::infinity()) {
   if (out_type == DType::kF32) {
-    return FinishPanel(ot, s, rows, dv, static_cast<float*>(out), out_stride, lse, lse_stride);
+    return FinishPanel(ot, s, rows, dv, static_cast<float*>(out), out_stride, lse, lse_stride,
+                       sink);
   }
   thread_local std::vector<float> staging;  // rows x dv, per thread
   if (staging.size() < size_t(rows * dv)) staging.resize(size_t(rows * dv));
-  FinishPanel(ot, s, rows, dv, staging.data(), dv, lse, lse_stride);
+  FinishPanel(ot, s, rows, dv, staging.data(), dv, lse, lse_stride, sink);
   for (int64_t i = 0; i < rows; ++i) {
     StoreNarrowed(staging.data() + i * dv, dv,
                   internal::ElementOffset(out, out_type, i * out_stride), out_type);

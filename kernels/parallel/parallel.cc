@@ -27,6 +27,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <limits>
 #include <exception>
 #include <vector>
 
@@ -135,10 +136,16 @@ void ParallelAttentionWith(const ParallelTarget& target, const Problem& p,
       KeepFirstException(&error, [&] {
         const int64_t item = unit / splits, split = unit % splits;
         HeadView view = item_view(item);
-        // Keys visible to the item's last row; split those evenly.
-        const int64_t key_end = view.KeyEnd(view.tq - 1);
-        const int64_t k0 = key_end * split / splits, k1 = key_end * (split + 1) / splits;
+        // Keys visible to the item's rows (from its first row's window
+        // start to its last row's limit); split those evenly.
+        const int64_t key_begin = view.KeyBegin(0), key_end = view.VisibleEnd(view.tq - 1);
+        const int64_t span = std::max<int64_t>(0, key_end - key_begin);
+        const int64_t k0 = key_begin + span * split / splits;
+        const int64_t k1 = key_begin + span * (split + 1) / splits;
         HeadView part = view.Keys(k0, k1);
+        // The sink is one virtual key: split 0 alone carries it (even when
+        // several splits start at the same key), so the merge counts it once.
+        part.sink = split == 0 ? view.sink : -std::numeric_limits<float>::infinity();
         part.out = &partial_out[size_t(unit * part_out)];
         part.out_type = DType::kF32;  // partials stay float32 until merged
         part.out_stride = dv;

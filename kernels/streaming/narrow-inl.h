@@ -98,6 +98,7 @@
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "kernels/common/microkernels-inl.h"  // DF, VF, PanelWidth, IsHiddenWeight
+#include "kernels/common/modifiers-inl.h"     // ModifyRow, WindowRow
 #include "kernels/common/scratch.h"
 #include "kernels/common/softmax-inl.h"  // ExpNonPositive, MarkHidden, FinishRow
 #include "kernels/common/widen-inl.h"    // LoadWide, WidenScalar, WithStorageType
@@ -433,8 +434,10 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
                        h.k_stride, keys, key_end - j0, h.VRow(j0), h.v_type, h.v_stride, h.dv,
                        /*prefetch=*/row0 == 0);
   });
+  const bool modified = h.HasScoreModifiers();
   for (int64_t r = row0; r < row0 + R; ++r) {
     float* HWY_RESTRICT s = scratch.s(r);
+    if (modified) ModifyRow(h, r, j0, keys, s);  // soft-cap, ALiBi
     if (h.mask) {
       const float* HWY_RESTRICT m = h.mask + r * h.mask_row_stride + j0 * h.mask_col_stride;
       for (int64_t j = 0; j < keys; ++j) {
@@ -445,6 +448,7 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
     // Keys past this row's causal limit.
     const int64_t visible = std::clamp<int64_t>(h.KeyEnd(r) - j0, 0, keys);
     for (int64_t j = visible; j < keys; ++j) s[j] = neg_inf;
+    if (modified) WindowRow(h, r, j0, keys, s);
     NarrowSoftmaxRow(s, keys, stats[r], scratch.o(r), h.dv);
   }
   WithStorageType(h.v_type, [&](auto tag) {
@@ -458,7 +462,7 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
 HWY_INLINE void FinishNarrowRow(const internal::HeadView& h, int64_t r,
                                 const float* HWY_RESTRICT o, const NarrowRowStats& stats) {
   void* HWY_RESTRICT out = h.OutRow(r);
-  const RowFinish f = FinishRow(stats.max, stats.sum, stats.nan);
+  const RowFinish f = FinishRow(stats.max, stats.sum, stats.nan, h.sink);
   if (h.out_type == DType::kF32) {
     float* HWY_RESTRICT out32 = static_cast<float*>(out);
     for (int64_t c = 0; c < h.dv; ++c) out32[c] = f.empty ? 0.0f : o[c] * f.inv;
@@ -494,9 +498,10 @@ HWY_INLINE void NarrowHead(const internal::HeadView& h, const Tiles& tiles,
     for (int64_t c = 0; c < h.d; ++c) qs[c] = h.scale * internal::LoadElement(q, h.q_type, c);
     std::fill(scratch.o(r), scratch.o(r) + h.dv, 0.0f);
   }
-  // Keys after the last row's last visible key are never read.
-  const int64_t key_end = h.KeyEnd(rows - 1);
-  for (int64_t j0 = 0; j0 < key_end; j0 += kv_block) {
+  // Keys outside [first row's window start, last row's last visible key)
+  // are never read: a windowed decode reads the window's keys only.
+  const int64_t key_end = h.VisibleEnd(rows - 1);
+  for (int64_t j0 = h.KeyBegin(0); j0 < key_end; j0 += kv_block) {
     const int64_t keys = std::min(kv_block, key_end - j0);
     for (int64_t row0 = 0; row0 < rows; row0 += kNarrowGroupRows) {
       switch (std::min<int64_t>(kNarrowGroupRows, rows - row0)) {

@@ -34,6 +34,7 @@
 #include "hwy/highway.h"
 #include "kernels/common/microkernels-inl.h"  // panels: pack, score, mix, NonFiniteV
 #include "kernels/common/scratch.h"
+#include "kernels/common/modifiers-inl.h"  // ModifyPanelTile, WindowPanel
 #include "kernels/common/softmax-inl.h"  // PanelStats, OnlineSoftmaxTile, FinishPanel
 #include "kernels/common/widen-inl.h"  // WidenRows
 #include "kernels/kernel.h"
@@ -100,10 +101,12 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
       ResetStats(scratch.stats(p));
       std::fill(scratch.ot(p, h.dv), scratch.ot(p, h.dv) + h.dv * P, 0.0f);
     }
-    // Keys after the block's last visible key are never read.
-    const int64_t key_end = h.KeyEnd(q0 + rows - 1);
+    // Keys outside [the block's first window start, its last visible key)
+    // are never read: a sliding window costs O(T·W), not O(T²).
+    const int64_t key_end = h.VisibleEnd(q0 + rows - 1);
+    const bool modified = h.HasScoreModifiers();
     NonFiniteV bad_v;  // slow path for NaN / Inf in V (microkernels-inl.h)
-    for (int64_t j0 = 0; j0 < key_end; j0 += kv_block) {
+    for (int64_t j0 = h.KeyBegin(q0); j0 < key_end; j0 += kv_block) {
       const int64_t tile_keys = std::min(kv_block, key_end - j0);
       // float32 K and V are read in place; bf16 / f16 widened once here.
       const FloatRows k = WidenRows(h.KRow(j0), h.k_type, h.k_stride, tile_keys, h.d, scratch.kw());
@@ -116,9 +119,11 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
         const int64_t panel_rows = std::min(P, h.tq - r0);
         // Keys this panel may see: up to its last row's causal limit.
         const int64_t keys =
-            std::clamp<int64_t>(h.KeyEnd(r0 + panel_rows - 1), j0, j0 + tile_keys) - j0;
+            std::clamp<int64_t>(h.VisibleEnd(r0 + panel_rows - 1), j0, j0 + tile_keys) - j0;
         if (keys <= 0) continue;  // tile wholly above this panel's diagonal
+        if (j0 + keys <= h.KeyBegin(r0)) continue;  // wholly before its window
         ScoreTile(scratch.qt(p, h.d), h.d, k.data, k.stride, keys, st);
+        if (modified) ModifyPanelTile(h, r0, j0, keys, st);  // soft-cap, ALiBi
         if (h.mask) {
           AddMaskTile(h.mask + r0 * h.mask_row_stride + j0 * h.mask_col_stride, h.mask_row_stride,
                       h.mask_col_stride, panel_rows, keys, st);
@@ -126,6 +131,7 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
         if (j0 + keys - 1 > r0 + h.causal_offset) {  // tile crosses the diagonal
           CausalMaskTile(j0, r0 + h.causal_offset, keys, st);
         }
+        if (modified) WindowPanel(h, r0, j0, keys, st);
         if (bad) {
           OnlineSoftmaxTile<true>(st, keys, scratch.stats(p), scratch.ot(p, h.dv), h.dv);
         } else {
@@ -140,7 +146,7 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
       const int64_t r0 = q0 + p * P;
       FinishPanel(scratch.ot(p, h.dv), scratch.stats(p), std::min(P, h.tq - r0), h.dv,
                   h.OutRow(r0), h.out_type, h.out_stride,
-                  h.lse ? h.lse + r0 * h.lse_stride : nullptr, h.lse_stride);
+                  h.lse ? h.lse + r0 * h.lse_stride : nullptr, h.lse_stride, h.sink);
     }
   }
 }
