@@ -81,8 +81,12 @@ HWY_INLINE void WindowPanelTile(float* HWY_RESTRICT st, int64_t keys, int64_t ke
   const VF neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
   const VF iota = hn::Iota(df, 0.0f);
   for (int64_t j = 0; j < keys; ++j) {
-    // Row i sees key k iff k - right <= diag0 + i <= k + left.
+    // Row i sees key k iff k - right <= diag0 + i <= k + left. Keys that
+    // every row of the panel sees are skipped (most of a wide window's).
     const int64_t key = key0 + j;
+    const bool some_left = left >= 0 && key < diag0 + int64_t(P) - 1 - left;
+    const bool some_right = right >= 0 && key > diag0 + right;
+    if (!some_left && !some_right) continue;
     for (size_t n = 0; n < kPanelVectors; ++n) {
       const VF row_diag = hn::Add(iota, hn::Set(df, float(diag0 + int64_t(n * N))));
       auto hide = hn::FirstN(df, 0);

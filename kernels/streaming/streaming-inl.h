@@ -118,27 +118,33 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
         const int64_t r0 = q0 + p * P;
         const int64_t panel_rows = std::min(P, h.tq - r0);
         // Keys this panel may see: up to its last row's causal limit.
-        const int64_t keys =
-            std::clamp<int64_t>(h.VisibleEnd(r0 + panel_rows - 1), j0, j0 + tile_keys) - j0;
-        if (keys <= 0) continue;  // tile wholly above this panel's diagonal
-        if (j0 + keys <= h.KeyBegin(r0)) continue;  // wholly before its window
-        ScoreTile(scratch.qt(p, h.d), h.d, k.data, k.stride, keys, st);
-        if (modified) ModifyPanelTile(h, r0, j0, keys, st);  // soft-cap, ALiBi
+        const int64_t tile_end =
+            std::clamp<int64_t>(h.VisibleEnd(r0 + panel_rows - 1), j0, j0 + tile_keys);
+        // ... and from its first row's window start: a windowed panel
+        // computes the keys of its own window, not those of the block's
+        // first row (with W = 512 and 256-key tiles that was a quarter more
+        // work). A tile with NaN / Inf in V keeps its first key (NonFiniteV
+        // indexes the whole tile).
+        const int64_t a0 = bad ? j0 : std::clamp<int64_t>(h.KeyBegin(r0), j0, tile_end);
+        const int64_t keys = tile_end - a0;
+        if (keys <= 0) continue;  // tile wholly above the diagonal or before the window
+        ScoreTile(scratch.qt(p, h.d), h.d, k.data + (a0 - j0) * k.stride, k.stride, keys, st);
+        if (modified) ModifyPanelTile(h, r0, a0, keys, st);  // soft-cap, ALiBi
         if (h.mask) {
-          AddMaskTile(h.mask + r0 * h.mask_row_stride + j0 * h.mask_col_stride, h.mask_row_stride,
+          AddMaskTile(h.mask + r0 * h.mask_row_stride + a0 * h.mask_col_stride, h.mask_row_stride,
                       h.mask_col_stride, panel_rows, keys, st);
         }
-        if (j0 + keys - 1 > r0 + h.causal_offset) {  // tile crosses the diagonal
-          CausalMaskTile(j0, r0 + h.causal_offset, keys, st);
+        if (a0 + keys - 1 > r0 + h.causal_offset) {  // tile crosses the diagonal
+          CausalMaskTile(a0, r0 + h.causal_offset, keys, st);
         }
-        if (modified) WindowPanel(h, r0, j0, keys, st);
+        if (modified) WindowPanel(h, r0, a0, keys, st);
         if (bad) {
           OnlineSoftmaxTile<true>(st, keys, scratch.stats(p), scratch.ot(p, h.dv), h.dv);
         } else {
           OnlineSoftmaxTile(st, keys, scratch.stats(p), scratch.ot(p, h.dv), h.dv);
         }
-        MixTile(st, keys, bad ? bad_v.clean() : v, bad ? h.dv : vt.stride, h.dv,
-                scratch.ot(p, h.dv));
+        MixTile(st, keys, bad ? bad_v.clean() : v + (a0 - j0) * vt.stride, bad ? h.dv : vt.stride,
+                h.dv, scratch.ot(p, h.dv));
         if (bad) bad_v.AddTo(st, keys, scratch.ot(p, h.dv));
       }
     }
