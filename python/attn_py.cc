@@ -9,6 +9,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -270,7 +271,9 @@ nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb:
                      const nb::handle& causal, std::optional<float> scale,
                      const nb::handle& mask_obj, const std::string& kernel, int threads,
                      bool return_lse, const nb::handle& out_obj_in,
-                     const nb::handle& out_dtype_obj, bool round_inputs_to_bf16) {
+                     const nb::handle& out_dtype_obj, bool round_inputs_to_bf16,
+                     const nb::handle& window_obj, float softcap, const nb::handle& sinks_obj,
+                     const nb::handle& alibi_obj) {
   const Typed<InArray> q_in = TypedArray<InArray>("q", q_obj, kInWhat);
   const Typed<InArray> k_in = TypedArray<InArray>("k", k_obj, kInWhat);
   const Typed<InArray> v_in = TypedArray<InArray>("v", v_obj, kInWhat);
@@ -303,6 +306,38 @@ nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb:
   p.v = {v.data, v_batch, v.stride[1], v.stride[2], v_in.dtype};
   p.scale = scale;
   p.causal = ParseCausal(causal);
+
+  // Score modifiers (FlashAttention's conventions; attn.h).
+  if (!window_obj.is_none()) {
+    const auto window = nb::cast<std::pair<int64_t, int64_t>>(window_obj);
+    p.window = {window.first, window.second};
+  }
+  p.softcap = softcap;
+  InArray sinks_arr, alibi_arr;
+  if (!sinks_obj.is_none()) {
+    sinks_arr = ToArray<InArray>("sinks", sinks_obj, kInWhat);
+    RequireFloat32("sinks", sinks_arr);
+    if (sinks_arr.ndim() != 1 || sinks_arr.stride(0) != 1) {
+      throw attn::Error("sinks", std::to_string(sinks_arr.ndim()) + "-d",
+                        "attn: sinks must be a contiguous 1-d float32 array of q_heads logits");
+    }
+    p.sinks = {static_cast<const float*>(sinks_arr.data()), int64_t(sinks_arr.shape(0))};
+  }
+  if (!alibi_obj.is_none()) {
+    alibi_arr = ToArray<InArray>("alibi_slopes", alibi_obj, kInWhat);
+    RequireFloat32("alibi_slopes", alibi_arr);
+    const size_t nd = alibi_arr.ndim();
+    const int64_t heads = nd >= 1 ? int64_t(alibi_arr.shape(nd - 1)) : 0;
+    if ((nd != 1 && nd != 2) || heads != p.q_heads || alibi_arr.stride(nd - 1) != 1 ||
+        (nd == 2 && int64_t(alibi_arr.shape(0)) != p.batch)) {
+      throw attn::Error("alibi_slopes", std::to_string(nd) + "-d",
+                        "attn: alibi_slopes must be float32 (q_heads,) or (batch, q_heads), "
+                        "last dimension contiguous");
+    }
+    p.alibi_slopes = {static_cast<const float*>(alibi_arr.data()),
+                      nd == 2 ? int64_t(alibi_arr.stride(0)) : 0};
+  }
+
 
   InArray mask_arr;
   if (!mask_obj.is_none()) {
@@ -401,7 +436,8 @@ NB_MODULE(_attn, m) {
   m.def("attention", &Attention, "q"_a, "k"_a, "v"_a, nb::kw_only(), "causal"_a = false,
         "scale"_a = nb::none(), "mask"_a = nb::none(), "kernel"_a = "auto", "threads"_a = 0,
         "return_lse"_a = false, "out"_a = nb::none(), "out_dtype"_a = nb::none(),
-        "round_inputs_to_bf16"_a = false,
+        "round_inputs_to_bf16"_a = false, "window"_a = nb::none(), "softcap"_a = 0.0f,
+        "sinks"_a = nb::none(), "alibi_slopes"_a = nb::none(),
         R"(softmax(q @ k.T * scale + mask) @ v, in place on the caller's arrays.
 
 q: (..., Tq, d), k: (..., Tk, d), v: (..., Tk, dv) with ... = [batch,] heads
@@ -426,6 +462,12 @@ into. out_dtype: the element type of a new output ('float32', 'float16',
 round_inputs_to_bf16: opt in to bf16 arithmetic for float32 / float16 q, k,
 v (rounded to bf16 first, then the bf16 dot-product path in force); without
 it no input is ever rounded.
+window: (left, right) sliding window after causal alignment, -1 unbounded
+(FlashAttention's window_size). softcap: logits become softcap *
+tanh(s / softcap) (0: none). sinks: float32 (q_heads,) logits that join each
+row's softmax and add no value (lse counts them). alibi_slopes: float32
+(q_heads,) or (batch, q_heads); bias -slope * |i + Tk - Tq - j|.
+
 
 Returns out, or (out, lse) with return_lse=True (lse: float32 (..., Tq), the
 natural log-sum-exp of each row's scores). Raises attn.Error (a ValueError)
