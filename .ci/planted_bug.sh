@@ -1,7 +1,7 @@
 #!/bin/bash
 # Planted-bug checks: show that the test suite catches a bug planted in a
 # kernel. Not run by .ci/run (each builds the library once more); see
-# README.md, "Reliability".
+# docs/reliability.md.
 #
 #   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum] [--keep]  (default: tail)
 #

@@ -6,8 +6,8 @@
 #   2. a fixed-seed, fixed-length libFuzzer run of tests/fuzz/attn-fuzz;
 #   3. the threaded tests (concurrency_test, first_use_test) under
 #      ThreadSanitizer with libomp + Archer (clang-14, build-tsan).
-# See cmake/Sanitizers.cmake for why clang, libomp and Archer, and README.md
-# ("Reliability") for what each check covers. Usage: .ci/reliability.sh
+# See cmake/Sanitizers.cmake for why clang, libomp and Archer, and
+# docs/reliability.md for what each check covers. Usage: .ci/reliability.sh
 # [FUZZ_RUNS] (default 20000).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -158,7 +158,7 @@ bool IsAvx512Bf16Path(DotPath path) {
 // here (AMX tiles, then AVX512-BF16's vdpbf16ps; both need the AVX3
 // target), else widen. Never an emulation, which is for tests (~10x (AVX512-
 // BF16) to ~100x (AMX) slower than widening). These paths round P to bf16
-// (README "Precision"): an all-bf16 problem asks for bf16 arithmetic, and
+// (docs/precision.md): an all-bf16 problem asks for bf16 arithmetic, and
 // PyTorch's and oneDNN's bf16 attention round P the same way.
 DotPath ActiveDotPath() {
   InitOnce();

@@ -5,7 +5,7 @@
 // the instruction itself; the hardware kernels against the emulated ones
 // bit for bit; dispatch (which rows take which problems, forcing, errors).
 //
-// The bound (README "Precision", bf16 dot-product paths). The path
+// The bound (docs/precision.md, bf16 dot-product paths). The path
 // computes scores exactly as float32 code does (a bf16 x bf16 product is
 // exact in float32, the d-term sums round as the naive kernel's), and its
 // softmax is the other kernels' float32 one; what differs is that each

@@ -3,7 +3,7 @@
 // GQA, masks, decode and every causal alignment, against the float64
 // reference reading the same 16-bit values.
 //
-// The precision contract (README "Element types and precision"): every path
+// The precision contract (docs/precision.md): every path
 // widens 16-bit inputs exactly and computes in float32, so the reference on
 // the rounded inputs is the exact answer the float32 kernels approximate,
 // with the float32 tests' own bound (tests/test_util.cc BoundFromNaive:

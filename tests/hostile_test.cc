@@ -8,7 +8,7 @@
 // NaN), fully masked rows exactly 0 / -inf, finite values within the
 // analytical bound. Invalid cases must throw attn::Error naming the field,
 // with nothing written.
-// The README's "Reliability" section lists each case with its outcome.
+// docs/reliability.md lists each case with its outcome.
 #include <gtest/gtest.h>
 
 #include <cmath>

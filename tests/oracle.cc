@@ -102,7 +102,7 @@ bool IsSubnormal(float x) { return x != 0.0f && std::fabs(x) < float(kMinNormal)
 
 // Whether the kernel may have run a bf16 dot-product path (attn.h
 // ForceDotPath): Q, K and V all bf16 and a path other than widen in force.
-// Its contract (README "Precision") differs from float32's in three ways,
+// Its contract (docs/precision.md) differs from float32's in three ways,
 // each a term of Check's bounds:
 // - the weights are rounded to bf16 before P·V: each off by at most 2^-9
 //   relative, so the output by 2^-9 Σ p_j |v_j| <= 2^-9 max|V| (rel gets

@@ -57,7 +57,7 @@ std::string Check(const Problem& p, const reference::Result& ref);
 // the reference has scale * (+-inf) = +-inf).
 bool RowIsFloat32Safe(const Problem& p, int64_t b, int64_t h, int64_t i);
 
-// The documented validity rules of attn::attention (README "Errors",
+// The documented validity rules of attn::attention (docs/api.md "Conventions",
 // include/attn/attn.h), re-derived: sizes >= 1, kv_heads divides q_heads,
 // scale finite, non-null data, strides >= 0, rows contiguous (row_stride >=
 // cols when rows > 1), byte spans that fit in int64, no output mapping two

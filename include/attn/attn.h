@@ -337,7 +337,7 @@ void ForceTarget(const std::string& name);
 //   "avx512bf16"           AVX512-BF16's vdpbf16ps (AVX3 target, a CPU with
 //                          the instruction): bf16 products accumulated in
 //                          float32, softmax in float32, the weights P
-//                          rounded to bf16 before P·V (README "Precision");
+//                          rounded to bf16 before P·V (docs/precision.md);
 //                          the default where it runs, else widen;
 //   "avx512bf16-emulated"  the same kernels over a portable emulation of the
 //                          instruction, bit-exact on normal values, on any

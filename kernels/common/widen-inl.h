@@ -2,7 +2,7 @@
 // micro-kernels, per Highway target (per-target include guard below).
 //
 // Every kernel computes in float32 whatever the element types (the
-// precision contract in the README): a 16-bit element is widened exactly
+// precision contract in docs/precision.md): a 16-bit element is widened exactly
 // (bf16 by a shift, f16 by F16C's vcvtph2ps on AVX2/AVX3 and Highway's
 // bit arithmetic elsewhere), so the only rounding a 16-bit type adds is
 // that of its own values, which the float64 reference reads too, and of a

@@ -1,4 +1,4 @@
-"""The bf16 dot-product paths (README "Precision"): naming, forcing, and
+"""The bf16 dot-product paths (docs/precision.md): naming, forcing, and
 all-bf16 attention on each path within its bound against the float64
 reference of the same bf16 values, and the bound failing for a wrong result."""
 import numpy as np

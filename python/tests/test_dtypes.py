@@ -41,7 +41,7 @@ def f64(x):
 
 def dot_path_runs(q, k, v):
     """Whether the kernels may round P to bf16: all-bf16 q, k, v on a bf16
-    dot-product path (attn.current_dot_path(), README "Precision")."""
+    dot-product path (attn.current_dot_path(), docs/precision.md)."""
     bf16 = ml_dtypes is not None and all(x.dtype == np.dtype(ml_dtypes.bfloat16) for x in (q, k, v))
     return bf16 and attn.current_dot_path() != "widen"
 

@@ -82,7 +82,7 @@ def check(q, k, v, **kw):
         bound = u * exact.abs() + 1e-5 * scale_v
         if (q.dtype == k.dtype == v.dtype == torch.bfloat16
                 and attn.current_dot_path() != "widen"):
-            # A bf16 dot-product path (README "Precision") also rounds each
+            # A bf16 dot-product path (docs/precision.md) also rounds each
             # softmax weight to bf16 before P.V, at most 2^-9 relative: the
             # output moves by at most 2^-9 * sum_j p_j |v_j|, which is the
             # float64 result for |v|; twice that, as tests/bf16dot_test.cc.
