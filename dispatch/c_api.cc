@@ -76,6 +76,45 @@ attn::ConstTensor ToCxx(const attn_tensor_t& t) {
   return {t.data, t.batch_stride, t.head_stride, t.row_stride, ToCxx(t.dtype)};
 }
 
+attn::PackedTensor ToCxx(const attn_packed_tensor_t& t) {
+  return {t.data, t.token_stride, t.head_stride, ToCxx(t.dtype)};
+}
+attn::PackedOutput ToCxx(const attn_packed_out_t& t) {
+  return {t.data, t.token_stride, t.head_stride, ToCxx(t.dtype)};
+}
+attn::PagePool ToCxx(const attn_page_pool_t& t) {
+  return {t.data, t.block_stride, t.row_stride, t.head_stride, ToCxx(t.dtype)};
+}
+
+// The C causal and options, as attn_attention checks and converts them;
+// false (with the status in *status) for a value outside the enums.
+bool CausalFromC(const attn_causal_t& field, attn::Causal* causal, attn_status_t* status) {
+  const long long value = RawEnum(field);
+  if (value < ATTN_CAUSAL_NONE || value > ATTN_CAUSAL_TOP_LEFT) {
+    *status = InvalidField("causal", value, "must be 0..2 (attn_causal_t)");
+    return false;
+  }
+  static constexpr attn::Causal kCausal[] = {attn::Causal::kNone, attn::Causal::kBottomRight,
+                                             attn::Causal::kTopLeft};
+  *causal = kCausal[value];
+  return true;
+}
+bool OptionsFromC(const attn_options_t* co, attn::Options* options, attn_status_t* status) {
+  attn_options_t defaults;
+  attn_options_init(&defaults);
+  const attn_options_t& o = co != nullptr ? *co : defaults;
+  if (!attn::internal::KernelFromC(RawEnum(o.kernel), &options->kernel)) {
+    *status = InvalidField("kernel", RawEnum(o.kernel), "must name a kernel (attn_kernel_t)");
+    return false;
+  }
+  options->threads = o.threads;
+  options->tiles.q_block = o.q_block;
+  options->tiles.kv_block = o.kv_block;
+  options->tiles.kv_splits = o.kv_splits;
+  options->round_inputs_to_bf16 = o.round_inputs_to_bf16 != 0;
+  return true;
+}
+
 // Pointers into a small interned set, so the C caller gets a string that
 // stays valid for the life of the process.
 const char* Intern(const std::string& s) {
@@ -149,6 +188,88 @@ attn_status_t attn_attention(const attn_problem_t* cp, const attn_options_t* co)
     opt.tiles.kv_splits = o.kv_splits;
     opt.round_inputs_to_bf16 = o.round_inputs_to_bf16 != 0;
     attn::attention(p, opt);
+  });
+}
+
+void attn_varlen_problem_init(attn_varlen_problem_t* p) {
+  if (p == nullptr) return;
+  *p = attn_varlen_problem_t{};
+  p->q_heads = p->kv_heads = 1;
+  p->causal = ATTN_CAUSAL_NONE;
+  p->lse.head_stride = 1;
+}
+
+void attn_paged_problem_init(attn_paged_problem_t* p) {
+  if (p == nullptr) return;
+  *p = attn_paged_problem_t{};
+  p->q_heads = p->kv_heads = 1;
+  p->causal = ATTN_CAUSAL_NONE;
+  p->lse.head_stride = 1;
+}
+
+attn_status_t attn_varlen_attention(const attn_varlen_problem_t* cp, const attn_options_t* co) {
+  if (cp == nullptr) {
+    return Fail(ATTN_INVALID_ARGUMENT, "attn: problem must not be null, got null");
+  }
+  attn_status_t status = ATTN_OK;
+  attn::VarlenProblem p;
+  attn::Options options;
+  if (!CausalFromC(cp->causal, &p.causal, &status)) return status;
+  if (!OptionsFromC(co, &options, &status)) return status;
+  return Guard([&] {
+    p.batch = cp->batch;
+    p.q_heads = cp->q_heads;
+    p.kv_heads = cp->kv_heads;
+    p.head_dim = cp->head_dim;
+    if (cp->value_dim != 0) p.value_dim = cp->value_dim;
+    p.cu_seqlens_q = cp->cu_seqlens_q;
+    p.cu_seqlens_k = cp->cu_seqlens_k;
+    p.max_seqlen_q = cp->max_seqlen_q;
+    p.max_seqlen_k = cp->max_seqlen_k;
+    p.q = ToCxx(cp->q);
+    p.k = ToCxx(cp->k);
+    p.v = ToCxx(cp->v);
+    p.out = ToCxx(cp->out);
+    p.lse = {cp->lse.data, cp->lse.token_stride, cp->lse.head_stride};
+    if (cp->has_scale) p.scale = cp->scale;
+    attn::VarlenAttention(p, options);
+  });
+}
+
+attn_status_t attn_paged_attention(const attn_paged_problem_t* cp, const attn_options_t* co) {
+  if (cp == nullptr) {
+    return Fail(ATTN_INVALID_ARGUMENT, "attn: problem must not be null, got null");
+  }
+  attn_status_t status = ATTN_OK;
+  attn::PagedProblem p;
+  attn::Options options;
+  if (!CausalFromC(cp->causal, &p.causal, &status)) return status;
+  if (!OptionsFromC(co, &options, &status)) return status;
+  return Guard([&] {
+    p.batch = cp->batch;
+    p.q_heads = cp->q_heads;
+    p.kv_heads = cp->kv_heads;
+    p.head_dim = cp->head_dim;
+    if (cp->value_dim != 0) p.value_dim = cp->value_dim;
+    p.num_blocks = cp->num_blocks;
+    p.block_size = cp->block_size;
+    p.k_cache = ToCxx(cp->k_cache);
+    p.v_cache = ToCxx(cp->v_cache);
+    p.block_table = cp->block_table;
+    p.max_blocks = cp->max_blocks;
+    p.block_table_stride = cp->block_table_stride;
+    p.cache_seqlens = cp->cache_seqlens;
+    p.q = ToCxx(cp->q);
+    p.cu_seqlens_q = cp->cu_seqlens_q;
+    p.q_len = cp->q_len;
+    p.k_new = ToCxx(cp->k_new);
+    p.v_new = ToCxx(cp->v_new);
+    p.cu_seqlens_new = cp->cu_seqlens_new;
+    p.new_len = cp->new_len;
+    p.out = ToCxx(cp->out);
+    p.lse = {cp->lse.data, cp->lse.token_stride, cp->lse.head_stride};
+    if (cp->has_scale) p.scale = cp->scale;
+    attn::PagedAttention(p, options);
   });
 }
 

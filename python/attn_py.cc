@@ -19,6 +19,7 @@
 #include <string>
 
 #include "attn/attn.h"
+#include "attn/serving.h"
 #include "attn/tuning.h"
 
 namespace nb = nanobind;
@@ -338,7 +339,6 @@ nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb:
                       nd == 2 ? int64_t(alibi_arr.stride(0)) : 0};
   }
 
-
   InArray mask_arr;
   if (!mask_obj.is_none()) {
     mask_arr = ToArray<InArray>("mask", mask_obj, kInWhat);
@@ -416,6 +416,292 @@ nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb:
   return out_obj;
 }
 
+// ---- Serving calls (attn/serving.h), FlashAttention's conventions ---------
+
+// An int32 array of `ndim` dims (offsets, lengths, a block table), copied:
+// these are a few integers per sequence, not tensors.
+std::vector<int32_t> Int32Array(const char* name, const nb::handle& obj, size_t ndim,
+                                std::vector<int64_t>* shape) {
+  const InArray a = ToArray<InArray>(name, obj, kInWhat);
+  if (a.dtype() != nb::dtype<int32_t>()) {
+    throw nb::type_error((std::string("attn: ") + name + " must be int32, got " +
+                          DtypeName(a.dtype()) + " (convert with .astype(numpy.int32))")
+                             .c_str());
+  }
+  if (a.ndim() != ndim) {
+    Raise(std::string("attn: ") + name + " must have " + std::to_string(ndim) +
+          " dimension(s), got " + std::to_string(a.ndim()));
+  }
+  shape->clear();
+  for (size_t i = 0; i < ndim; ++i) shape->push_back(int64_t(a.shape(i)));
+  const int64_t rows = ndim == 2 ? (*shape)[0] : 1, cols = ndim == 2 ? (*shape)[1] : (*shape)[0];
+  const int64_t row_stride = ndim == 2 ? a.stride(0) : 0, col_stride = a.stride(ndim - 1);
+  std::vector<int32_t> values(size_t(rows * cols));
+  const int32_t* data = static_cast<const int32_t*>(a.data());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) values[size_t(r * cols + c)] = data[r * row_stride + c * col_stride];
+  return values;
+}
+
+// A packed [tokens, heads, cols] view of a 3-D array.
+attn::PackedTensor Packed3(const char* name, const Typed<InArray>& t, View4* v) {
+  *v = AsView(name, t.array, 3);
+  if (v->ndim != 3) {
+    Raise(std::string("attn: ") + name + " must have 3 dimensions (total_tokens, heads, d), got " +
+          std::to_string(v->ndim));
+  }
+  RequireContiguousRows(name, *v);
+  return {v->data, v->stride[1], v->stride[2], t.dtype};
+}
+
+// A [batch, seqlen, heads, cols] array as packed tokens: sequence b's token
+// r is token b * seqlen + r, which needs batch stride = seqlen * token stride.
+void RequireBatchPacked(const char* name, const View4& v) {
+  if (v.shape[0] > 1 && v.shape[1] > 0 && v.stride[0] != v.shape[1] * v.stride[1]) {
+    Raise(std::string("attn: ") + name + " must have batch stride = seqlen x token stride (" +
+          std::to_string(v.shape[1] * v.stride[1]) + " elements), got " +
+          std::to_string(v.stride[0]) + "; pass a contiguous array");
+  }
+}
+
+// out: the caller's (its shape checked) or a new array of `shape`.
+nb::object OutputArray(const nb::handle& out_obj_in, const std::vector<int64_t>& shape,
+                       attn::DType default_dtype, const nb::handle& out_dtype_obj, OutArray* arr,
+                       attn::DType* dtype, View4* o) {
+  const std::optional<attn::DType> out_dtype = ParseOutDtype(out_dtype_obj);
+  nb::object out_obj;
+  if (!out_obj_in.is_none()) {
+    Typed<OutArray> t = TypedArray<OutArray>("out", out_obj_in, kOutWhat);
+    *arr = t.array;
+    *dtype = t.dtype;
+    if (out_dtype && *out_dtype != *dtype) {
+      Raise(std::string("attn: out_dtype (") + NumpyName(*out_dtype) + ") must match out's dtype (" +
+            NumpyName(*dtype) + "), or be left out");
+    }
+    *o = AsView("out", *arr, shape.size());
+    bool same = o->ndim == shape.size();
+    for (size_t i = 0; same && i < shape.size(); ++i) same = o->shape[4 - shape.size() + i] == shape[i];
+    if (!same) {
+      View4 want;
+      want.ndim = shape.size();
+      for (size_t i = 0; i < shape.size(); ++i) want.shape[4 - shape.size() + i] = shape[i];
+      Raise("attn: out must have shape " + Shape(want) + ", got " + Shape(*o));
+    }
+    RequireContiguousRows("out", *o);
+    out_obj = nb::borrow(out_obj_in);
+  } else {
+    *dtype = out_dtype.value_or(default_dtype);
+    out_obj = NumpyEmpty(shape, *dtype);
+    *arr = TypedArray<OutArray>("out", out_obj, kOutWhat).array;
+    *o = AsView("out", *arr, shape.size());
+  }
+  return out_obj;
+}
+
+nb::object VarlenAttentionPy(const nb::handle& q_obj, const nb::handle& k_obj,
+                             const nb::handle& v_obj, const nb::handle& cu_q_obj,
+                             const nb::handle& cu_k_obj, int64_t max_seqlen_q,
+                             int64_t max_seqlen_k, std::optional<float> softmax_scale,
+                             const nb::handle& causal, bool return_softmax_lse,
+                             const std::string& kernel, int threads, const nb::handle& out_obj_in,
+                             const nb::handle& out_dtype_obj) {
+  const Typed<InArray> q_in = TypedArray<InArray>("q", q_obj, kInWhat);
+  const Typed<InArray> k_in = TypedArray<InArray>("k", k_obj, kInWhat);
+  const Typed<InArray> v_in = TypedArray<InArray>("v", v_obj, kInWhat);
+  View4 q, k, v;
+  attn::VarlenProblem p;
+  p.q = Packed3("q", q_in, &q);
+  p.k = Packed3("k", k_in, &k);
+  p.v = Packed3("v", v_in, &v);
+  std::vector<int64_t> shape_q, shape_k;
+  const std::vector<int32_t> cu_q = Int32Array("cu_seqlens_q", cu_q_obj, 1, &shape_q);
+  const std::vector<int32_t> cu_k = Int32Array("cu_seqlens_k", cu_k_obj, 1, &shape_k);
+  if (cu_q.size() < 2) {
+    Raise("attn: cu_seqlens_q must have batch + 1 >= 2 entries, got " + std::to_string(cu_q.size()));
+  }
+  RequireEqual("len(cu_seqlens_k)", int64_t(cu_k.size()), int64_t(cu_q.size()), "len(cu_seqlens_q)");
+  // The arrays hold exactly the tokens the offsets count (nothing read past them).
+  RequireEqual("cu_seqlens_q[-1]", cu_q.back(), q.shape[1], "q.shape[0] (total_q)");
+  RequireEqual("cu_seqlens_k[-1]", cu_k.back(), k.shape[1], "k.shape[0] (total_k)");
+  RequireEqual("v.shape[0]", v.shape[1], k.shape[1], "k.shape[0]");
+  RequireEqual("v.shape[1] (kv_heads)", v.shape[2], k.shape[2], "k.shape[1]");
+  RequireEqual("k.shape[2] (head_dim)", k.shape[3], q.shape[3], "q.shape[2]");
+  p.batch = int64_t(cu_q.size()) - 1;
+  p.q_heads = q.shape[2];
+  p.kv_heads = k.shape[2];
+  p.head_dim = q.shape[3];
+  p.value_dim = v.shape[3];
+  p.cu_seqlens_q = cu_q.data();
+  p.cu_seqlens_k = cu_k.data();
+  p.max_seqlen_q = max_seqlen_q;
+  p.max_seqlen_k = max_seqlen_k;
+  p.scale = softmax_scale;
+  p.causal = ParseCausal(causal);
+
+  OutArray out_arr;
+  attn::DType o_dtype;
+  View4 o;
+  nb::object out_obj = OutputArray(out_obj_in, {q.shape[1], p.q_heads, *p.value_dim}, q_in.dtype,
+                                   out_dtype_obj, &out_arr, &o_dtype, &o);
+  p.out = {o.data, o.stride[1], o.stride[2], o_dtype};
+  nb::object lse_obj;
+  OutArray lse_arr;
+  if (return_softmax_lse) {
+    // Written as [total_q, heads]; returned as FlashAttention's (heads, total_q) view.
+    lse_obj = NumpyEmpty({q.shape[1], p.q_heads}, attn::DType::kF32);
+    lse_arr = ToArray<OutArray>("lse", lse_obj, kOutWhat);
+    p.lse = {static_cast<float*>(lse_arr.data()), int64_t(p.q_heads), 1};
+  }
+  attn::Options options;
+  options.kernel = attn::ParseKernel(kernel);
+  options.threads = threads;
+  {
+    nb::gil_scoped_release release;
+    attn::VarlenAttention(p, options);
+  }
+  if (return_softmax_lse) return nb::make_tuple(out_obj, lse_obj.attr("T"));
+  return out_obj;
+}
+
+nb::object KvcacheAttentionPy(const nb::handle& q_obj, const nb::handle& k_cache_obj,
+                              const nb::handle& v_cache_obj, const nb::handle& k_obj,
+                              const nb::handle& v_obj, const nb::handle& cache_seqlens_obj,
+                              const nb::handle& block_table_obj,
+                              std::optional<float> softmax_scale, const nb::handle& causal,
+                              bool return_softmax_lse, const std::string& kernel, int threads,
+                              const nb::handle& out_obj_in, const nb::handle& out_dtype_obj) {
+  const bool append = !k_obj.is_none() || !v_obj.is_none();
+  if (append && (k_obj.is_none() || v_obj.is_none())) {
+    Raise("attn: k and v must be given together (the new tokens' keys and values), got only " +
+          std::string(k_obj.is_none() ? "v" : "k"));
+  }
+  const Typed<InArray> q_in = TypedArray<InArray>("q", q_obj, kInWhat);
+  const View4 q = AsView("q", q_in.array, 4);
+  if (q.ndim != 4) Raise("attn: q must have 4 dimensions (batch, seqlen_q, heads, d), got " + std::to_string(q.ndim));
+  RequireContiguousRows("q", q);
+  RequireBatchPacked("q", q);
+  // The pools are written when appending: then they must be writable arrays.
+  Typed<OutArray> kc_out, vc_out;
+  Typed<InArray> kc_in, vc_in;
+  View4 kc, vc;
+  attn::DType kc_type, vc_type;
+  if (append) {
+    kc_out = TypedArray<OutArray>("k_cache", k_cache_obj, kOutWhat);
+    vc_out = TypedArray<OutArray>("v_cache", v_cache_obj, kOutWhat);
+    kc = AsView("k_cache", kc_out.array, 4);
+    vc = AsView("v_cache", vc_out.array, 4);
+    kc_type = kc_out.dtype;
+    vc_type = vc_out.dtype;
+  } else {
+    kc_in = TypedArray<InArray>("k_cache", k_cache_obj, kInWhat);
+    vc_in = TypedArray<InArray>("v_cache", v_cache_obj, kInWhat);
+    kc = AsView("k_cache", kc_in.array, 4);
+    vc = AsView("v_cache", vc_in.array, 4);
+    kc_type = kc_in.dtype;
+    vc_type = vc_in.dtype;
+  }
+  if (kc.ndim != 4 || vc.ndim != 4) {
+    Raise("attn: k_cache and v_cache must have 4 dimensions (num_blocks, block_size, kv_heads, d)");
+  }
+  RequireContiguousRows("k_cache", kc);
+  RequireContiguousRows("v_cache", vc);
+  for (int i = 0; i < 3; ++i) {
+    RequireEqual(("v_cache.shape[" + std::to_string(i) + "]").c_str(), vc.shape[i], kc.shape[i],
+                 ("k_cache.shape[" + std::to_string(i) + "]").c_str());
+  }
+  RequireEqual("k_cache.shape[3] (head_dim)", kc.shape[3], q.shape[3], "q.shape[3]");
+
+  attn::PagedProblem p;
+  p.batch = q.shape[0];
+  p.q_heads = q.shape[2];
+  p.kv_heads = kc.shape[2];
+  p.head_dim = q.shape[3];
+  p.value_dim = vc.shape[3];
+  p.num_blocks = kc.shape[0];
+  p.block_size = kc.shape[1];
+  p.k_cache = {kc.data, kc.stride[0], kc.stride[1], kc.stride[2], kc_type};
+  p.v_cache = {vc.data, vc.stride[0], vc.stride[1], vc.stride[2], vc_type};
+  p.q = {q.data, q.stride[1], q.stride[2], q_in.dtype};
+  p.q_len = q.shape[1];
+
+  std::vector<int32_t> table, seqlens;
+  std::vector<int64_t> shape;
+  if (block_table_obj.is_none()) {
+    // A dense cache (batch, seqlen_cache, kv_heads, d): one page per sequence.
+    RequireEqual("k_cache.shape[0] (batch, without block_table)", kc.shape[0], p.batch,
+                 "q.shape[0]");
+    for (int64_t b = 0; b < p.batch; ++b) table.push_back(int32_t(b));
+    p.max_blocks = 1;
+  } else {
+    table = Int32Array("block_table", block_table_obj, 2, &shape);
+    RequireEqual("block_table.shape[0]", shape[0], p.batch, "q.shape[0] (batch)");
+    p.max_blocks = shape[1];
+  }
+  p.block_table = table.data();
+  if (cache_seqlens_obj.is_none()) {
+    if (!block_table_obj.is_none()) Raise("attn: cache_seqlens is required with block_table");
+    seqlens.assign(size_t(p.batch), int32_t(kc.shape[1]));  // the whole dense cache
+  } else if (nb::isinstance<nb::int_>(cache_seqlens_obj)) {
+    seqlens.assign(size_t(p.batch), nb::cast<int32_t>(cache_seqlens_obj));
+  } else {
+    seqlens = Int32Array("cache_seqlens", cache_seqlens_obj, 1, &shape);
+    RequireEqual("cache_seqlens.shape[0]", shape[0], p.batch, "q.shape[0] (batch)");
+  }
+  p.cache_seqlens = seqlens.data();
+
+  Typed<InArray> kn_in, vn_in;
+  if (append) {
+    kn_in = TypedArray<InArray>("k", k_obj, kInWhat);
+    vn_in = TypedArray<InArray>("v", v_obj, kInWhat);
+    const View4 kn = AsView("k", kn_in.array, 4), vn = AsView("v", vn_in.array, 4);
+    if (kn.ndim != 4 || vn.ndim != 4) Raise("attn: k and v must have 4 dimensions (batch, seqlen_new, kv_heads, d)");
+    RequireContiguousRows("k", kn);
+    RequireContiguousRows("v", vn);
+    RequireBatchPacked("k", kn);
+    RequireBatchPacked("v", vn);
+    RequireEqual("k.shape[0] (batch)", kn.shape[0], p.batch, "q.shape[0]");
+    RequireEqual("v.shape[0] (batch)", vn.shape[0], kn.shape[0], "k.shape[0]");
+    RequireEqual("v.shape[1] (seqlen_new)", vn.shape[1], kn.shape[1], "k.shape[1]");
+    RequireEqual("k.shape[2] (kv_heads)", kn.shape[2], p.kv_heads, "k_cache.shape[2]");
+    RequireEqual("v.shape[2] (kv_heads)", vn.shape[2], p.kv_heads, "v_cache.shape[2]");
+    RequireEqual("k.shape[3] (head_dim)", kn.shape[3], p.head_dim, "k_cache.shape[3]");
+    RequireEqual("v.shape[3] (value_dim)", vn.shape[3], *p.value_dim, "v_cache.shape[3]");
+    p.k_new = {kn.data, kn.stride[1], kn.stride[2], kn_in.dtype};
+    p.v_new = {vn.data, vn.stride[1], vn.stride[2], vn_in.dtype};
+    p.new_len = kn.shape[1];
+  }
+  p.scale = softmax_scale;
+  p.causal = ParseCausal(causal);
+
+  OutArray out_arr;
+  attn::DType o_dtype;
+  View4 o;
+  nb::object out_obj = OutputArray(out_obj_in, {p.batch, p.q_len, p.q_heads, *p.value_dim},
+                                   q_in.dtype, out_dtype_obj, &out_arr, &o_dtype, &o);
+  RequireBatchPacked("out", o);
+  p.out = {o.data, o.stride[1], o.stride[2], o_dtype};
+  nb::object lse_obj;
+  OutArray lse_arr;
+  if (return_softmax_lse) {
+    lse_obj = NumpyEmpty({p.batch * p.q_len, p.q_heads}, attn::DType::kF32);
+    lse_arr = ToArray<OutArray>("lse", lse_obj, kOutWhat);
+    p.lse = {static_cast<float*>(lse_arr.data()), int64_t(p.q_heads), 1};
+  }
+  attn::Options options;
+  options.kernel = attn::ParseKernel(kernel);
+  options.threads = threads;
+  {
+    nb::gil_scoped_release release;
+    attn::PagedAttention(p, options);
+  }
+  if (return_softmax_lse) {
+    // FlashAttention's (batch, heads, seqlen_q): a view of the [tokens, heads] rows.
+    nb::object view = lse_obj.attr("reshape")(p.batch, p.q_len, p.q_heads).attr("transpose")(0, 2, 1);
+    return nb::make_tuple(out_obj, view);
+  }
+  return out_obj;
+}
+
 std::string CausalName(attn::Causal c) {
   switch (c) {
     case attn::Causal::kNone: return "none";
@@ -468,11 +754,45 @@ tanh(s / softcap) (0: none). sinks: float32 (q_heads,) logits that join each
 row's softmax and add no value (lse counts them). alibi_slopes: float32
 (q_heads,) or (batch, q_heads); bias -slope * |i + Tk - Tq - j|.
 
-
 Returns out, or (out, lse) with return_lse=True (lse: float32 (..., Tq), the
 natural log-sum-exp of each row's scores). Raises attn.Error (a ValueError)
 naming the bad field and value; TypeError naming the argument for an array
 of another dtype (float64, int, ...).)");
+
+  m.def("varlen_attention", &VarlenAttentionPy, "q"_a, "k"_a, "v"_a, "cu_seqlens_q"_a,
+        "cu_seqlens_k"_a, "max_seqlen_q"_a, "max_seqlen_k"_a, nb::kw_only(),
+        "softmax_scale"_a = nb::none(), "causal"_a = false, "return_softmax_lse"_a = false,
+        "kernel"_a = "auto", "threads"_a = 0, "out"_a = nb::none(), "out_dtype"_a = nb::none(),
+        R"(Attention over a variable-length batch, as flash_attn_varlen_func.
+
+q: (total_q, heads, d), k: (total_k, kv_heads, d), v: (total_k, kv_heads, dv):
+the tokens of all sequences packed one after the other. cu_seqlens_q /
+cu_seqlens_k: int32 (batch + 1,) cumulative offsets from 0 (sequence b is
+tokens cu[b]:cu[b+1]); the last entry must equal the token count.
+max_seqlen_q / max_seqlen_k: bounds every length must meet (0: unchecked).
+causal: True/'bottom_right' (per sequence: the last query sees every key),
+'top_left' or False. A sequence with queries but no keys gets output 0 and
+lse -inf. Element types, kernel, threads, out and out_dtype as attention().
+Returns out (total_q, heads, dv), or (out, lse) with return_softmax_lse=True
+(lse float32 (heads, total_q), FlashAttention's layout).)");
+  m.def("kvcache_attention", &KvcacheAttentionPy, "q"_a, "k_cache"_a, "v_cache"_a,
+        "k"_a = nb::none(), "v"_a = nb::none(), nb::kw_only(), "cache_seqlens"_a = nb::none(),
+        "block_table"_a = nb::none(), "softmax_scale"_a = nb::none(), "causal"_a = false,
+        "return_softmax_lse"_a = false, "kernel"_a = "auto", "threads"_a = 0,
+        "out"_a = nb::none(), "out_dtype"_a = nb::none(),
+        R"(Attention over a (paged) KV cache, as flash_attn_with_kvcache.
+
+q: (batch, seqlen_q, heads, d). With block_table (int32 (batch, max_blocks)):
+k_cache / v_cache are page pools (num_blocks, block_size, kv_heads, d / dv),
+sequence b's token t in block block_table[b, t // block_size], read in
+place; without it: dense caches (batch, seqlen_cache, kv_heads, d).
+cache_seqlens: int or int32 (batch,): tokens already cached (required with
+block_table; default the whole dense cache). k, v: optional new tokens
+(batch, seqlen_new, kv_heads, d / dv), written into the cache at positions
+cache_seqlens[b]: (the pools are modified in place) before attention over
+cache_seqlens[b] + seqlen_new keys. causal: True/'bottom_right' aligns the
+last query with the last key. Returns out (batch, seqlen_q, heads, dv), or
+(out, lse) with return_softmax_lse=True (lse float32 (batch, heads, seqlen_q)).)");
 
   nb::class_<attn::TuningStatus>(m, "TuningStatus")
       .def_ro("loaded", &attn::TuningStatus::loaded)

@@ -366,3 +366,4 @@ Tiles DefaultTiles(int64_t q_len, int64_t kv_len, int64_t head_dim);
 
 // Variable-length batches and paged KV caches (attn::VarlenAttention,
 // attn::PagedAttention; FlashAttention's varlen and kvcache conventions).
+#include "attn/serving.h"

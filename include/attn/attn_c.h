@@ -154,6 +154,105 @@ attn_status_t attn_force_target(const char* name);
 /** The library version, e.g. "0.1.0". Static string. */
 const char* attn_version(void);
 
+/* ---- Serving calls: variable-length batches and paged KV caches ----------
+ * The C forms of attn::VarlenProblem / attn::PagedProblem (attn/serving.h,
+ * where every convention is stated): FlashAttention's flash_attn_varlen_func
+ * and flash_attn_with_kvcache. Start from the _init functions. */
+
+/** Packed tensor [tokens, heads, cols], cols contiguous (strides in elements). */
+typedef struct attn_packed_tensor_t {
+  const void* data;
+  int64_t token_stride;
+  int64_t head_stride;
+  attn_dtype_t dtype;
+} attn_packed_tensor_t;
+
+/** Writable packed tensor (the output). */
+typedef struct attn_packed_out_t {
+  void* data;
+  int64_t token_stride;
+  int64_t head_stride;
+  attn_dtype_t dtype;
+} attn_packed_out_t;
+
+/** Optional packed lse[token][head] (float32); data NULL means not wanted. */
+typedef struct attn_packed_lse_t {
+  float* data;
+  int64_t token_stride;
+  int64_t head_stride;
+} attn_packed_lse_t;
+
+/** A variable-length batch; see attn::VarlenProblem. */
+typedef struct attn_varlen_problem_t {
+  int64_t batch;     /**< sequences; the offsets have batch + 1 entries */
+  int64_t q_heads;   /**< default 1 */
+  int64_t kv_heads;  /**< default 1; must divide q_heads */
+  int64_t head_dim;
+  int64_t value_dim; /**< 0 means head_dim */
+  const int32_t* cu_seqlens_q; /**< cumulative query offsets, from 0, non-decreasing */
+  const int32_t* cu_seqlens_k; /**< cumulative key offsets */
+  int64_t max_seqlen_q;        /**< > 0: every T_q must be <= it; 0: not checked */
+  int64_t max_seqlen_k;
+  attn_packed_tensor_t q;      /**< [total_q, q_heads, head_dim] */
+  attn_packed_tensor_t k;      /**< [total_k, kv_heads, head_dim] */
+  attn_packed_tensor_t v;      /**< [total_k, kv_heads, value_dim] */
+  attn_packed_out_t out;       /**< [total_q, q_heads, value_dim] */
+  attn_packed_lse_t lse;       /**< optional [total_q, q_heads] */
+  float scale;
+  int has_scale;               /**< 0: scale = 1/sqrt(head_dim) */
+  attn_causal_t causal;        /**< per sequence, on its own T_q and T_k */
+} attn_varlen_problem_t;
+
+/** A page pool [num_blocks, block_size, kv_heads, cols]; see attn::PagePool. */
+typedef struct attn_page_pool_t {
+  void* data; /**< written only when new tokens are appended */
+  int64_t block_stride;
+  int64_t row_stride;
+  int64_t head_stride;
+  attn_dtype_t dtype;
+} attn_page_pool_t;
+
+/** Attention over a paged KV cache; see attn::PagedProblem. */
+typedef struct attn_paged_problem_t {
+  int64_t batch;
+  int64_t q_heads;   /**< default 1 */
+  int64_t kv_heads;  /**< default 1 */
+  int64_t head_dim;
+  int64_t value_dim; /**< 0 means head_dim */
+  int64_t num_blocks;
+  int64_t block_size;
+  attn_page_pool_t k_cache;
+  attn_page_pool_t v_cache;
+  const int32_t* block_table;  /**< [batch, max_blocks] (row stride block_table_stride) */
+  int64_t max_blocks;
+  int64_t block_table_stride;  /**< 0: max_blocks */
+  const int32_t* cache_seqlens; /**< [batch] tokens already cached */
+  attn_packed_tensor_t q;       /**< [total_q, q_heads, head_dim] */
+  const int32_t* cu_seqlens_q;  /**< NULL: q_len queries per sequence */
+  int64_t q_len;
+  attn_packed_tensor_t k_new;   /**< optional new tokens appended first */
+  attn_packed_tensor_t v_new;
+  const int32_t* cu_seqlens_new; /**< NULL: new_len new tokens per sequence */
+  int64_t new_len;
+  attn_packed_out_t out;        /**< [total_q, q_heads, value_dim] */
+  attn_packed_lse_t lse;        /**< optional [total_q, q_heads] */
+  float scale;
+  int has_scale;
+  attn_causal_t causal;
+} attn_paged_problem_t;
+
+/** Defaults: heads 1, lse head_stride 1, every dtype ATTN_F32, the rest 0/NULL. */
+void attn_varlen_problem_init(attn_varlen_problem_t* problem);
+void attn_paged_problem_init(attn_paged_problem_t* problem);
+
+/** attn::VarlenAttention. On any status other than ATTN_OK nothing was written. */
+attn_status_t attn_varlen_attention(const attn_varlen_problem_t* problem,
+                                    const attn_options_t* options);
+/** attn::PagedAttention (append, then attention). On any status other than
+ * ATTN_OK nothing was written: not the output, the lse or the pool. */
+attn_status_t attn_paged_attention(const attn_paged_problem_t* problem,
+                                   const attn_options_t* options);
+
 #ifdef __cplusplus
 }  /* extern "C" */
 #endif

@@ -30,6 +30,8 @@ from ._attn import (
     load_tuning_file,
     supported_dot_paths,
     supported_targets,
+    kvcache_attention,
+    varlen_attention,
 )
 
 try:
@@ -57,4 +59,6 @@ __all__ = [
     "load_tuning_file",
     "supported_dot_paths",
     "supported_targets",
+    "kvcache_attention",
+    "varlen_attention",
 ]

@@ -1,0 +1,150 @@
+#include "reference/serving_reference.h"
+
+#include <limits>
+
+namespace attn::reference {
+namespace {
+
+// Element i of a typed buffer as float (exact), by the public conversions.
+float Load(const void* data, DType type, int64_t i) {
+  if (type == DType::kF32) return static_cast<const float*>(data)[i];
+  const uint16_t bits = static_cast<const uint16_t*>(data)[i];
+  return type == DType::kBF16 ? FromBFloat16Bits(bits) : FromFloat16Bits(bits);
+}
+
+// `x` as the pool's dtype would store it.
+float RoundTo(DType type, float x) {
+  if (type == DType::kBF16) return FromBFloat16Bits(BFloat16Bits(x));
+  if (type == DType::kF16) return FromFloat16Bits(Float16Bits(x));
+  return x;
+}
+
+const void* At(const void* data, DType type, int64_t offset) {
+  return static_cast<const char*>(data) + offset * DTypeSize(type);
+}
+
+std::vector<int64_t> Offsets(const int32_t* cu, int64_t len, int64_t batch) {
+  std::vector<int64_t> o(size_t(batch) + 1);
+  for (int64_t i = 0; i <= batch; ++i) o[size_t(i)] = cu ? cu[i] : i * len;
+  return o;
+}
+
+// One sequence's dense result, stored at its packed rows.
+void Store(const Result& r, int64_t q0, int64_t tq, int64_t heads, int64_t dv,
+           PackedResult& into) {
+  for (int64_t h = 0; h < heads; ++h)
+    for (int64_t i = 0; i < tq; ++i) {
+      for (int64_t c = 0; c < dv; ++c) {
+        into.out[size_t(((q0 + i) * heads + h) * dv + c)] = r.out[size_t((h * tq + i) * dv + c)];
+      }
+      into.lse[size_t((q0 + i) * heads + h)] = r.lse[size_t(h * tq + i)];
+    }
+}
+
+void StoreEmpty(int64_t q0, int64_t tq, int64_t heads, int64_t dv, PackedResult& into) {
+  for (int64_t i = 0; i < tq; ++i)
+    for (int64_t h = 0; h < heads; ++h) {
+      for (int64_t c = 0; c < dv; ++c) into.out[size_t(((q0 + i) * heads + h) * dv + c)] = 0.0;
+      into.lse[size_t((q0 + i) * heads + h)] = -std::numeric_limits<double>::infinity();
+    }
+}
+
+Problem DenseOf(int64_t q_heads, int64_t kv_heads, int64_t d, int64_t dv,
+                const std::optional<float>& scale, Causal causal, int64_t tq, int64_t tk) {
+  Problem dense;
+  dense.q_heads = q_heads;
+  dense.kv_heads = kv_heads;
+  dense.head_dim = d;
+  dense.value_dim = dv;
+  dense.scale = scale;
+  dense.causal = causal;
+  dense.q_len = tq;
+  dense.kv_len = tk;
+  return dense;
+}
+
+}  // namespace
+
+PackedResult VarlenAttention(const VarlenProblem& p) {
+  const int64_t dv = p.ValueDim();
+  const int64_t total_q = p.cu_seqlens_q[p.batch];
+  PackedResult r;
+  r.out.assign(size_t(total_q * p.q_heads * dv), 0.0);
+  r.lse.assign(size_t(total_q * p.q_heads), 0.0);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t q0 = p.cu_seqlens_q[b], tq = p.cu_seqlens_q[b + 1] - q0;
+    const int64_t k0 = p.cu_seqlens_k[b], tk = p.cu_seqlens_k[b + 1] - k0;
+    if (tq == 0) continue;
+    if (tk == 0) {
+      StoreEmpty(q0, tq, p.q_heads, dv, r);
+      continue;
+    }
+    // The packed rows are a dense problem through strides: no copy needed.
+    Problem dense = DenseOf(p.q_heads, p.kv_heads, p.head_dim, dv, p.scale, p.causal, tq, tk);
+    dense.q = {At(p.q.data, p.q.dtype, q0 * p.q.token_stride), 0, p.q.head_stride,
+               p.q.token_stride, p.q.dtype};
+    dense.k = {At(p.k.data, p.k.dtype, k0 * p.k.token_stride), 0, p.k.head_stride,
+               p.k.token_stride, p.k.dtype};
+    dense.v = {At(p.v.data, p.v.dtype, k0 * p.v.token_stride), 0, p.v.head_stride,
+               p.v.token_stride, p.v.dtype};
+    Store(Attention(dense), q0, tq, p.q_heads, dv, r);
+  }
+  return r;
+}
+
+std::vector<float> GatherPagedKeys(const PagedProblem& p, int64_t b, bool values) {
+  const int64_t cols = values ? p.ValueDim() : p.head_dim;
+  const PagePool& pool = values ? p.v_cache : p.k_cache;
+  const PackedTensor& fresh = values ? p.v_new : p.k_new;
+  const std::vector<int64_t> cu_new = Offsets(p.cu_seqlens_new, p.new_len, p.batch);
+  const int64_t cached = p.cache_seqlens[b];
+  const int64_t tk = cached + cu_new[size_t(b) + 1] - cu_new[size_t(b)];
+  const int64_t stride = p.block_table_stride ? p.block_table_stride : p.max_blocks;
+  std::vector<float> keys(size_t(tk * p.kv_heads * cols));
+  for (int64_t t = 0; t < tk; ++t)
+    for (int64_t g = 0; g < p.kv_heads; ++g)
+      for (int64_t c = 0; c < cols; ++c) {
+        float x;
+        if (t < cached) {
+          const int64_t block = p.block_table[b * stride + t / p.block_size];
+          x = Load(pool.data, pool.dtype,
+                   block * pool.block_stride + (t % p.block_size) * pool.row_stride +
+                       g * pool.head_stride + c);
+        } else {
+          const int64_t i = cu_new[size_t(b)] + (t - cached);
+          x = RoundTo(pool.dtype,
+                      Load(fresh.data, fresh.dtype, i * fresh.token_stride + g * fresh.head_stride + c));
+        }
+        keys[size_t((t * p.kv_heads + g) * cols + c)] = x;
+      }
+  return keys;
+}
+
+PackedResult PagedAttention(const PagedProblem& p) {
+  const int64_t dv = p.ValueDim();
+  const std::vector<int64_t> cu_q = Offsets(p.cu_seqlens_q, p.q_len, p.batch);
+  const std::vector<int64_t> cu_new = Offsets(p.cu_seqlens_new, p.new_len, p.batch);
+  const int64_t total_q = cu_q.back();
+  PackedResult r;
+  r.out.assign(size_t(total_q * p.q_heads * dv), 0.0);
+  r.lse.assign(size_t(total_q * p.q_heads), 0.0);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t q0 = cu_q[size_t(b)], tq = cu_q[size_t(b) + 1] - q0;
+    const int64_t tk = p.cache_seqlens[b] + cu_new[size_t(b) + 1] - cu_new[size_t(b)];
+    if (tq == 0) continue;
+    if (tk == 0) {
+      StoreEmpty(q0, tq, p.q_heads, dv, r);
+      continue;
+    }
+    const std::vector<float> k = GatherPagedKeys(p, b, false), v = GatherPagedKeys(p, b, true);
+    Problem dense = DenseOf(p.q_heads, p.kv_heads, p.head_dim, dv, p.scale, p.causal, tq, tk);
+    dense.q = {At(p.q.data, p.q.dtype, q0 * p.q.token_stride), 0, p.q.head_stride,
+               p.q.token_stride, p.q.dtype};
+    dense.k = DenseBTHD(k.data(), p.kv_heads, tk, p.head_dim);
+    dense.v = DenseBTHD(v.data(), p.kv_heads, tk, dv);
+    Store(Attention(dense), q0, tq, p.q_heads, dv, r);
+  }
+  return r;
+}
+
+}  // namespace attn::reference
