@@ -51,6 +51,12 @@ struct Case {
   // "avx512bf16"; "" runs what the process has (ATTN_DOT_PATH or the
   // default). Named "/path:<p>" before "/threads:".
   std::string dot_path;
+  // Score modifiers (attn.h): a causal sliding window of `window` keys to
+  // the left (-1: none), a soft-cap (0: none), a sink logit per query head.
+  // Named "/window:W", "/softcap:C", "/sinks:1" before "/threads:".
+  int64_t window = -1;
+  float softcap = 0.0f;
+  bool sinks = false;
 
   bool Is16Bit() const { return qo != attn::DType::kF32 || kv != attn::DType::kF32; }
   std::string TypeField() const {
@@ -61,8 +67,12 @@ struct Case {
 
   std::string Name() const {
     const std::string tail = "/d:" + std::to_string(d);
+    std::string modifiers;
+    if (window >= 0) modifiers += "/window:" + std::to_string(window);
+    if (softcap != 0.0f) modifiers += "/softcap:" + std::to_string(int(softcap));
+    if (sinks) modifiers += "/sinks:1";
     const std::string threads_s = TypeField() + (dot_path.empty() ? "" : "/path:" + dot_path) +
-                                  "/threads:" + std::to_string(threads);
+                                  modifiers + "/threads:" + std::to_string(threads);
     const std::string heads =
         "/Hq:" + std::to_string(q_heads) + "/Hkv:" + std::to_string(kv_heads);
     switch (kind) {
@@ -83,6 +93,12 @@ struct Case {
   // Useful FLOPs: Q·Kᵀ and P·V, 2·T_q·T_k·d each per query head; half the
   // pairs when causal (square problems only).
   double Flops() const {
+    if (window >= 0 && kind != Kind::kDecode) {
+      // The visible pairs of a causal window: row i sees min(i + 1, W + 1) keys.
+      double pairs = 0.0;
+      for (int64_t i = 0; i < T; ++i) pairs += double(std::min<int64_t>(i + 1, window + 1));
+      return 4.0 * double(q_heads) * pairs * double(d);
+    }
     const double f = 4.0 * double(q_heads) * double(QLen()) * double(T) * double(d);
     return causal ? 0.5 * f : f;
   }
@@ -311,6 +327,13 @@ void RunCase(benchmark::State& state, const Case& c) {
     // for decode the one query sees every key).
     p.causal = c.causal || c.kind == Case::Kind::kDecode ? attn::Causal::kBottomRight
                                                          : attn::Causal::kNone;
+  }
+  if (c.window >= 0) p.window.left = c.window;
+  p.softcap = c.softcap;
+  std::vector<float> sinks;
+  if (c.sinks) {
+    for (int64_t h = 0; h < c.q_heads; ++h) sinks.push_back(0.25f * float(h % 4));
+    p.sinks = {sinks.data(), c.q_heads};
   }
   attn::Options options;
   options.kernel = c.id;
@@ -555,6 +578,43 @@ std::vector<Case> DefaultCases() {
         }
       }
     }
+  }
+  // Score modifiers (attn.h), one thread, streaming, each next to the plain
+  // row of the same shape above: causal windows W = 512 and 4096 at T = 8192
+  // (GFLOP/s on the visible pairs), a soft-cap of 50 (Gemma 2's) at T = 2048,
+  // and sinks in GQA 32/8 decode at T_k = 32768.
+  for (const Kernel& kern : kernels) {
+    if (kern.name != std::string("streaming")) continue;
+    for (int64_t W : {int64_t{512}, int64_t{4096}}) {
+      Case c;
+      c.kernel = kern.name;
+      c.id = kern.id;
+      c.T = 8192;
+      c.d = 128;
+      c.causal = true;
+      c.window = W;
+      cases.push_back(c);
+    }
+    for (bool causal : {false, true}) {
+      Case c;
+      c.kernel = kern.name;
+      c.id = kern.id;
+      c.T = 2048;
+      c.d = 128;
+      c.causal = causal;
+      c.softcap = 50.0f;
+      cases.push_back(c);
+    }
+    Case c;
+    c.kind = Case::Kind::kDecode;
+    c.kernel = kern.name;
+    c.id = kern.id;
+    c.T = 32768;
+    c.d = 128;
+    c.q_heads = 32;
+    c.kv_heads = 8;
+    c.sinks = true;
+    cases.push_back(c);
   }
   // auto, all 16-bit, on every prefill shape bench/peers/compare.py runs
   // (--dtype bf16,f16): one head T in {128, ..., 8192} and H = 16 heads T in

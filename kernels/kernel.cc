@@ -12,6 +12,7 @@ HeadView HeadView::Rows(int64_t begin, int64_t end) const {
   // Row i of the sub-view is row begin + i of this view.
   if (causal_offset != kNoCausal) view.causal_offset = causal_offset + begin;
   view.diag_offset = diag_offset + begin;
+  if (row_sinks) view.row_sinks = row_sinks + begin;
   return view;
 }
 
@@ -75,11 +76,12 @@ HeadViews::HeadViews(const Problem& p) : problem_(&p) {
   const int64_t group = p.q_heads / p.kv_heads;
   // Top-left causal at T_q = 1 hides keys >= 1 from the query: rows of a
   // group view would need different limits, so only these two qualify.
-  // Rows of a group view are heads: per-head ALiBi slopes and sinks, and a
-  // window's limit, are per view, so those problems are not grouped.
+  // Rows of a group view are heads: sinks go per row (HeadView::row_sinks);
+  // per-head ALiBi slopes and a window's limits are per view, so those
+  // problems are not grouped.
   grouped_ = p.q_len == 1 && group > 1 &&
              (p.causal == Causal::kNone || p.causal == Causal::kBottomRight) &&
-             p.window.left < 0 && p.window.right < 0 && !p.alibi_slopes.data && !p.sinks.data;
+             p.window.left < 0 && p.window.right < 0 && !p.alibi_slopes.data;
   count_ = p.batch * (grouped_ ? p.kv_heads : p.q_heads);
   rows_ = grouped_ ? group : p.q_len;
 }
@@ -97,6 +99,7 @@ HeadView HeadViews::operator[](int64_t index) const {
   view.lse_stride = p.lse.head_stride;
   view.mask_row_stride = p.mask.head_stride;
   view.causal_offset = kNoCausal;  // T_q = 1, bottom-right: every key visible
+  if (p.sinks.data) view.row_sinks = p.sinks.data + kv_h * group;
   return view;
 }
 

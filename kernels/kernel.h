@@ -46,9 +46,13 @@ struct HeadView {
   // The rows' sink logit, -inf for none. It is one virtual key: code that
   // splits the keys into sub-views (Keys) gives it to exactly one of them.
   float sink = -std::numeric_limits<float>::infinity();
+  // Grouped-query decode views (rows are query heads): row r's sink is
+  // row_sinks[r] instead.
+  const float* row_sinks = nullptr;
+  float Sink(int64_t r) const { return row_sinks ? row_sinks[r] : sink; }
   bool HasScoreModifiers() const {
     return window_left >= 0 || window_right >= 0 || softcap != 0.0f || alibi_slope != 0.0f ||
-           sink != -std::numeric_limits<float>::infinity();
+           sink != -std::numeric_limits<float>::infinity() || row_sinks;
   }
   // Row i sees no key before KeyBegin(i) (its window's left end), and none
   // from VisibleEnd(i) on (the causal limit and the window's right end);

@@ -134,6 +134,9 @@ std::vector<Shape> ModifierShapes() {
       shape(2, 4, 2, 37, 53, 19, Causal::kBottomRight, true, DType::kF32, Layout::kBTHD, 3),
       shape(1, 3, 3, 41, 29, 33, Causal::kTopLeft, false, DType::kBF16, Layout::kBHTD, 0),
       shape(2, 6, 2, 1, 97, 64, Causal::kBottomRight, false, DType::kF16, Layout::kBHTD, 1),
+      // Grouped-query decode with a group wider than the narrow path: the
+      // panel path over query heads, each row its own sink.
+      shape(1, 40, 1, 1, 70, 32, Causal::kBottomRight, false, DType::kF32, Layout::kBHTD, 0),
   };
 }
 

@@ -254,14 +254,15 @@ HWY_INLINE RowFinish FinishRow(float max, float sum, bool nan,
 HWY_INLINE void FinishPanel(const float* HWY_RESTRICT ot, const PanelStats& s, int64_t rows,
                             int64_t dv, float* HWY_RESTRICT out, int64_t out_stride,
                             float* HWY_RESTRICT lse, int64_t lse_stride,
-                            float sink = -std::numeric_limits<float>::infinity()) {
+                            float sink = -std::numeric_limits<float>::infinity(),
+                            const float* HWY_RESTRICT row_sinks = nullptr) {
   const size_t P = PanelWidth();
   // Per-row factor (FinishRow); fully masked rows are zeroed below.
   float inv[hn::MaxLanes(DF()) * kPanelVectors];
   bool empty[hn::MaxLanes(DF()) * kPanelVectors];
   bool any_empty = false;
   for (int64_t i = 0; i < rows; ++i) {
-    const RowFinish f = FinishRow(s.max[i], s.sum[i], s.nan[i] != 0.0f, sink);
+    const RowFinish f = FinishRow(s.max[i], s.sum[i], s.nan[i] != 0.0f, row_sinks ? row_sinks[i] : sink);
     empty[i] = f.empty;
     any_empty |= f.empty;
     inv[i] = f.inv;
@@ -313,14 +314,15 @@ HWY_INLINE void FinishPanel(const float* HWY_RESTRICT ot, const PanelStats& s, i
 HWY_INLINE void FinishPanel(const float* HWY_RESTRICT ot, const PanelStats& s, int64_t rows,
                             int64_t dv, void* HWY_RESTRICT out, DType out_type,
                             int64_t out_stride, float* HWY_RESTRICT lse, int64_t lse_stride,
-                            float sink = -std::numeric_limits<float>::infinity()) {
+                            float sink = -std::numeric_limits<float>::infinity(),
+                            const float* HWY_RESTRICT row_sinks = nullptr) {
   if (out_type == DType::kF32) {
     return FinishPanel(ot, s, rows, dv, static_cast<float*>(out), out_stride, lse, lse_stride,
-                       sink);
+                       sink, row_sinks);
   }
   thread_local std::vector<float> staging;  // rows x dv, per thread
   if (staging.size() < size_t(rows * dv)) staging.resize(size_t(rows * dv));
-  FinishPanel(ot, s, rows, dv, staging.data(), dv, lse, lse_stride, sink);
+  FinishPanel(ot, s, rows, dv, staging.data(), dv, lse, lse_stride, sink, row_sinks);
   for (int64_t i = 0; i < rows; ++i) {
     StoreNarrowed(staging.data() + i * dv, dv,
                   internal::ElementOffset(out, out_type, i * out_stride), out_type);

@@ -145,7 +145,10 @@ void ParallelAttentionWith(const ParallelTarget& target, const Problem& p,
         HeadView part = view.Keys(k0, k1);
         // The sink is one virtual key: split 0 alone carries it (even when
         // several splits start at the same key), so the merge counts it once.
-        part.sink = split == 0 ? view.sink : -std::numeric_limits<float>::infinity();
+        if (split > 0) {
+          part.sink = -std::numeric_limits<float>::infinity();
+          part.row_sinks = nullptr;
+        }
         part.out = &partial_out[size_t(unit * part_out)];
         part.out_type = DType::kF32;  // partials stay float32 until merged
         part.out_stride = dv;

@@ -462,7 +462,7 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
 HWY_INLINE void FinishNarrowRow(const internal::HeadView& h, int64_t r,
                                 const float* HWY_RESTRICT o, const NarrowRowStats& stats) {
   void* HWY_RESTRICT out = h.OutRow(r);
-  const RowFinish f = FinishRow(stats.max, stats.sum, stats.nan, h.sink);
+  const RowFinish f = FinishRow(stats.max, stats.sum, stats.nan, h.Sink(r));
   if (h.out_type == DType::kF32) {
     float* HWY_RESTRICT out32 = static_cast<float*>(out);
     for (int64_t c = 0; c < h.dv; ++c) out32[c] = f.empty ? 0.0f : o[c] * f.inv;

@@ -152,7 +152,8 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
       const int64_t r0 = q0 + p * P;
       FinishPanel(scratch.ot(p, h.dv), scratch.stats(p), std::min(P, h.tq - r0), h.dv,
                   h.OutRow(r0), h.out_type, h.out_stride,
-                  h.lse ? h.lse + r0 * h.lse_stride : nullptr, h.lse_stride, h.sink);
+                  h.lse ? h.lse + r0 * h.lse_stride : nullptr, h.lse_stride, h.sink,
+                  h.row_sinks ? h.row_sinks + r0 : nullptr);
     }
   }
 }
