@@ -135,6 +135,7 @@ void attn_problem_init(attn_problem_t* p) {
   p->causal = ATTN_CAUSAL_NONE;
   p->mask.col_stride = 1;
   p->lse.row_stride = 1;
+  p->window_left = p->window_right = -1;
 }
 
 void attn_options_init(attn_options_t* o) {
@@ -179,6 +180,10 @@ attn_status_t attn_attention(const attn_problem_t* cp, const attn_options_t* co)
     p.mask = {cp->mask.data, cp->mask.batch_stride, cp->mask.head_stride, cp->mask.row_stride,
               cp->mask.col_stride};
     p.lse = {cp->lse.data, cp->lse.batch_stride, cp->lse.head_stride, cp->lse.row_stride};
+    p.window = {cp->window_left, cp->window_right};
+    p.softcap = cp->softcap;
+    p.sinks = {cp->sinks, cp->sinks_size};
+    p.alibi_slopes = {cp->alibi_slopes, cp->alibi_batch_stride};
 
     attn::Options opt;
     opt.kernel = kernel;

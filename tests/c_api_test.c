@@ -316,6 +316,35 @@ static void test_round_inputs_to_bf16(void) {
   CHECK(most < 0.05, "rounding the inputs moved an output by %g", most);
 }
 
+/* Score modifiers through the C fields: defaults change nothing (window
+ * -1 / -1); a window, sinks and a bad cap reach the library (the C++ tests
+ * check the arithmetic). */
+static void test_score_modifiers(void) {
+  attn_problem_t p;
+  attn_problem_init(&p);
+  CHECK(p.window_left == -1 && p.window_right == -1, "window defaults %lld %lld",
+        (long long)p.window_left, (long long)p.window_right);
+  CHECK(p.softcap == 0.0f && p.sinks == NULL && p.alibi_slopes == NULL, "modifier defaults");
+  p = make_problem();
+  memset(out, 0, sizeof out);
+  CHECK(attn_attention(&p, NULL) == ATTN_OK, "plain: %s", attn_last_error());
+  static float plain[B][TQ][HQ][DV];
+  memcpy(plain, out, sizeof out);
+  static const float sinks[HQ] = {0.0f};
+  p.sinks = sinks;
+  p.sinks_size = HQ;
+  p.window_left = 1;
+  CHECK(attn_attention(&p, NULL) == ATTN_OK, "modified: %s", attn_last_error());
+  CHECK(memcmp(plain, out, sizeof out) != 0, "the window and sinks changed nothing");
+  p.softcap = -1.0f;
+  CHECK(attn_attention(&p, NULL) == ATTN_INVALID_ARGUMENT, "softcap -1 accepted");
+  CHECK(strstr(attn_last_error(), "softcap") != NULL, "message: %s", attn_last_error());
+  p.softcap = 0.0f;
+  p.sinks_size = HQ + 1;
+  CHECK(attn_attention(&p, NULL) == ATTN_INVALID_ARGUMENT, "sinks_size accepted");
+  CHECK(strstr(attn_last_error(), "sinks.size") != NULL, "message: %s", attn_last_error());
+}
+
 int main(void) {
   unsigned state = 12345u;
   for (float* x = &q[0][0][0][0]; x < &q[0][0][0][0] + sizeof q / sizeof(float); ++x) *x = next_value(&state);
@@ -336,6 +365,7 @@ int main(void) {
   test_16bit(ATTN_BF16, ATTN_F16, ATTN_F32);
   test_invalid_dtype();
   test_round_inputs_to_bf16();
+  test_score_modifiers();
   test_tuning_file_errors_are_statuses();
   CHECK(strlen(attn_version()) > 0, "empty version");
   CHECK(strlen(attn_current_target()) > 0, "empty target");

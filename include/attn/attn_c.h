@@ -112,6 +112,19 @@ typedef struct attn_problem_t {
   attn_causal_t causal;
   attn_mask_t mask;
   attn_lse_t lse;
+  /** Score modifiers (attn.h "Score modifiers", FlashAttention's
+   * conventions): a sliding window of window_left / window_right keys around
+   * each row's diagonal (-1, the default: unbounded); softcap (0: none);
+   * sinks[q_heads] logits that join each row's normaliser (NULL: none;
+   * sinks_size must be q_heads); alibi_slopes[b * alibi_batch_stride + h]
+   * (NULL: none; stride 0 or >= q_heads). */
+  int64_t window_left;
+  int64_t window_right;
+  float softcap;
+  const float* sinks;
+  int64_t sinks_size;
+  const float* alibi_slopes;
+  int64_t alibi_batch_stride;
 } attn_problem_t;
 
 /** Run options; the C form of attn::Options. */
@@ -127,7 +140,8 @@ typedef struct attn_options_t {
 } attn_options_t;
 
 /** Sets every field to its default (batch = heads = 1, mask col_stride 1,
- * lse row_stride 1, every dtype ATTN_F32, everything else 0/NULL). */
+ * lse row_stride 1, window -1 / -1, every dtype ATTN_F32, everything else
+ * 0/NULL). */
 void attn_problem_init(attn_problem_t* problem);
 /** Sets every field to its default (auto kernel, default threads/tiles). */
 void attn_options_init(attn_options_t* options);
