@@ -99,11 +99,11 @@ const std::vector<KernelImpl>& Table() {
       {Info(KernelId::kParallel, "parallel",
             "the AMX streaming kernel over OpenMP threads",
             true, true, true, true, true),
-       ATTN_KERNEL_PARALLEL, &AmxRowDeclines, &ParallelAmxAttention, kAmxPath},
+       ATTN_KERNEL_PARALLEL, &AmxRowDeclines, &ParallelAmxAttention, kAmxPath, /*all_bf16_only=*/true},
       {Info(KernelId::kParallel, "parallel",
             "the bf16 dot-product streaming kernel over OpenMP threads",
             true, true, true, true, true),
-       ATTN_KERNEL_PARALLEL, &Avx512Bf16RowDeclines, &ParallelBf16DotAttention, kBf16DotPath},
+       ATTN_KERNEL_PARALLEL, &Avx512Bf16RowDeclines, &ParallelBf16DotAttention, kBf16DotPath, /*all_bf16_only=*/true},
       {Info(KernelId::kParallel, "parallel",
             "the streaming kernel over OpenMP threads; split-KV when items are few",
             true, true, true, true, true),
@@ -111,11 +111,11 @@ const std::vector<KernelImpl>& Table() {
       {Info(KernelId::kStreaming, "streaming",
             "online softmax in AMX tiles: tdpbf16ps for Q·Kᵀ and P·V",
             true, false, true, true, false),
-       ATTN_KERNEL_STREAMING, &AmxRowDeclines, &StreamingAmxAttention, kAmxPath},
+       ATTN_KERNEL_STREAMING, &AmxRowDeclines, &StreamingAmxAttention, kAmxPath, /*all_bf16_only=*/true},
       {Info(KernelId::kStreaming, "streaming",
             "online softmax over bf16 pairs: bf16 dot products for Q·Kᵀ and P·V",
             true, false, true, true, false),
-       ATTN_KERNEL_STREAMING, &Avx512Bf16RowDeclines, &StreamingBf16DotAttention, kBf16DotPath},
+       ATTN_KERNEL_STREAMING, &Avx512Bf16RowDeclines, &StreamingBf16DotAttention, kBf16DotPath, /*all_bf16_only=*/true},
       {Info(KernelId::kStreaming, "streaming",
             "SIMD online softmax (flash attention), O(tile) memory, one thread",
             true, false, true, true, false),
@@ -140,7 +140,7 @@ const std::vector<KernelImpl>& KernelImpls() { return Table(); }
 // first row's reason in *why.
 const KernelImpl* FirstAccepting(KernelId id, const Problem& problem, std::string* why) {
   for (const KernelImpl& row : Table()) {
-    if (row.info.id != id) continue;
+    if (row.info.id != id || row.Skips(problem)) continue;
     std::string declined = row.declines(problem);
     if (declined.empty()) return &row;
     if (why->empty()) *why = std::move(declined);
@@ -169,7 +169,7 @@ KernelId DefaultKernel(const Problem& problem, int threads) {
   const bool use_threads = ThreadsPayOff(problem, threads);
   for (const KernelImpl& row : Table()) {
     if (row.info.threaded && !use_threads) continue;
-    if (row.declines(problem).empty()) return row.info.id;
+    if (!row.Skips(problem) && row.declines(problem).empty()) return row.info.id;
   }
   return KernelId::kStreaming;  // declines nothing
 }

@@ -22,6 +22,14 @@ struct KernelImpl {
   // row standing before it (e.g. the bf16 dot-product rows), for
   // explanations. attn::Kernels() shows the generic row's KernelInfo.
   const char* path = "";
+  // Takes only problems whose Q, K and V are all bf16 (the dot-product
+  // rows): other problems skip the row without calling `declines`, so a
+  // float32 call builds no reason string (no allocation on that path).
+  bool all_bf16_only = false;
+  bool Skips(const Problem& p) const {
+    return all_bf16_only && (p.q.dtype != DType::kBF16 || p.k.dtype != DType::kBF16 ||
+                             p.v.dtype != DType::kBF16);
+  }
 };
 
 // Every row, in order. Several rows may share a kernel id: variants of one
