@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 
 #include "hwy/contrib/math/math-inl.h"
