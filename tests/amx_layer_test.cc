@@ -239,8 +239,9 @@ void ConfigureOverlongRows() {
   config.colsb[2] = 68;  // over 64 bytes a row
   EmulatedAmx::Configure(config);
 }
+// GoogleTest's "fast" death tests (fork, no re-exec): the threadsafe style
+// re-executes the binary, which qemu-user cannot do (.ci/arm.sh).
 void TestEmulationFaultsOnMisuse() {
-  testing::FLAGS_gtest_death_test_style = "threadsafe";
   EXPECT_DEATH(DotWithoutConfiguration(), "before ldtilecfg");
   EXPECT_DEATH(DotWithMismatchedShapes(), "tdpbf16ps shapes");
   EXPECT_DEATH(ConfigureOverlongRows(), "configured");
