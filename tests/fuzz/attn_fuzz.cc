@@ -487,8 +487,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const char* const kPaths[] = {"widen", "avx512bf16-emulated", "avx512bf16", "amx-emulated",
                                 "amx"};
   const std::string path = kPaths[hash % 5];
-  const bool runs = std::find(paths.begin(), paths.end(), path) != paths.end();
-  ForceDotPath(runs ? path : path.find("amx") == 0 ? "amx-emulated" : "avx512bf16-emulated");
+  const bool path_runs = std::find(paths.begin(), paths.end(), path) != paths.end();
+  ForceDotPath(path_runs ? path : path.find("amx") == 0 ? "amx-emulated" : "avx512bf16-emulated");
   struct RestoreDefaults {
     ~RestoreDefaults() {
       ForceDotPath("auto");
