@@ -37,9 +37,17 @@ namespace hn = hwy::HWY_NAMESPACE;
 // 4 ULP over all of float32 (hwy/contrib/math, and tests/blocks_test.cc
 // TestSoftcap checks it on every target against std::tanh in double); a
 // score of ±inf becomes ±cap, as in the reference.
+//
+// The quotient is clamped to ±19 first (NaN to 0): float32 tanh is exactly
+// ±1 beyond ±18.72 (Highway's Tanh returns ±1 there itself), and Tanh's
+// float-to-int conversion of NaN or ±inf is undefined behaviour on EMU128
+// (UBSan reported it).
 HWY_INLINE VF Softcap(VF x, VF cap, VF inv_cap) {
   const DF df;
-  const VF t = hn::Mul(cap, hn::Tanh(df, hn::Mul(x, inv_cap)));
+  const VF limit = hn::Set(df, 19.0f);
+  const VF y = hn::Mul(x, inv_cap);
+  const VF safe = hn::Min(hn::Max(hn::IfThenZeroElse(hn::IsNaN(y), y), hn::Neg(limit)), limit);
+  const VF t = hn::Mul(cap, hn::Tanh(df, safe));
   return hn::IfThenElse(hn::IsNaN(x), x, t);
 }
 
