@@ -86,18 +86,22 @@ void attention(const Problem& problem, const Options& options) {
   internal::RunConfig config;
   config.threads = internal::ResolveThreads(options.threads);
   const internal::TileInputs in = internal::TileInputsFor(p, config.threads);
+  const internal::DotPathRequest dot = internal::RequestedDotPath(p, options.dot_path);
+  config.dot_path = dot.path;
   KernelId kernel = options.kernel;
   if (kernel == KernelId::kAuto) {
-    // The tuning table's entry (or bucket) for the shape, else the default rule.
-    const AutoChoice choice = internal::ChooseAuto(p, in, options.tiles);
+    // The tuning table's entry (or bucket) for the shape, else the default
+    // rule; an all-bf16 entry may name the dot path too.
+    const AutoChoice choice = internal::ChooseAuto(p, in, options.tiles, false, dot);
     kernel = choice.kernel;
     config.tiles = choice.tiles;
+    config.dot_path = internal::ChosenDotPath(choice, dot.path);
   } else {
     config.tiles = internal::ResolveTiles(options.tiles, in);
   }
   // The first row of the table for this kernel that takes the problem
   // (throws, naming the kernel and why, when none does).
-  const internal::KernelImpl& impl = internal::ImplFor(kernel, p);
+  const internal::KernelImpl& impl = internal::ImplFor(kernel, p, config.dot_path);
   config.tiles = internal::ClampTiles(config.tiles, in);
   if (!impl.info.threaded) config.threads = 1;
 

@@ -164,8 +164,52 @@ DotPath ActiveDotPath() {
   InitOnce();
   const int forced = g_forced.load();
   if (forced >= 0) return static_cast<DotPath>(forced);
+  return DefaultDotPath();
+}
+
+DotPath DefaultDotPath() {
   if (Runnable(DotPath::kAmx, nullptr)) return DotPath::kAmx;
   return Runnable(DotPath::kAvx512Bf16, nullptr) ? DotPath::kAvx512Bf16 : DotPath::kWiden;
+}
+
+bool DotPathForced() {
+  InitOnce();
+  return g_forced.load() >= 0;
+}
+
+bool DotPathRunnable(DotPath path, std::string* why) { return Runnable(path, why); }
+
+DotPath ParseDotPath(const std::string& name) { return Parse(name); }
+
+DotPath CallDotPath(const std::string& name) {
+  if (name.empty() || name == "auto") return ActiveDotPath();
+  const DotPath path = Parse(name);
+  std::string why;
+  if (!Runnable(path, &why)) {
+    throw Error("dot_path", name, "attn: dot path " + name + " cannot run here: " + why);
+  }
+  return path;
+}
+
+DotPathRequest RequestedDotPath(const Problem& problem, const std::string& option) {
+  DotPathRequest r;
+  const bool named = !(option.empty() || option == "auto");
+  if (problem.q.dtype != DType::kBF16 || problem.k.dtype != DType::kBF16 ||
+      problem.v.dtype != DType::kBF16) {
+    if (named) CallDotPath(option);  // validated all the same
+    return r;
+  }
+  r.path = CallDotPath(option);
+  r.fixed = named || DotPathForced();
+  return r;
+}
+
+std::vector<DotPath> HardwareDotPaths() {
+  std::vector<DotPath> paths;
+  for (DotPath p : {DotPath::kWiden, DotPath::kAvx512Bf16, DotPath::kAmx}) {
+    if (Runnable(p, nullptr)) paths.push_back(p);
+  }
+  return paths;
 }
 
 namespace {
@@ -173,15 +217,15 @@ namespace {
 // "" when a row of the path family `is_family` takes `p`, else why not.
 // Called on every row walk of an all-bf16 problem; the f32 and f16 walks
 // only compare dtypes.
-std::string DeclinesUnless(const Problem& p, bool (*is_family)(DotPath), const char* family) {
+std::string DeclinesUnless(const Problem& p, DotPath path, bool (*is_family)(DotPath),
+                           const char* family) {
   if (p.q.dtype != DType::kBF16 || p.k.dtype != DType::kBF16 || p.v.dtype != DType::kBF16) {
     return std::string("the bf16 dot-product paths need bf16 Q, K and V, got ") +
            DTypeName(p.q.dtype) + "/" + DTypeName(p.k.dtype) + "/" + DTypeName(p.v.dtype);
   }
-  const DotPath path = ActiveDotPath();
   if (!is_family(path)) {
-    return std::string("the dot path in force is ") + DotPathName(path) + ", not " + family +
-           " (ForceDotPath, ATTN_DOT_PATH)";
+    return std::string("the call's dot path is ") + DotPathName(path) + ", not " + family +
+           " (Options::dot_path, ForceDotPath, ATTN_DOT_PATH, a tuning table)";
   }
   std::string why;
   // A forced path can stop being runnable when the target is forced later.
@@ -191,9 +235,11 @@ std::string DeclinesUnless(const Problem& p, bool (*is_family)(DotPath), const c
 
 }  // namespace
 
-std::string AmxDeclines(const Problem& p) { return DeclinesUnless(p, &IsAmxPath, "amx"); }
-std::string Avx512Bf16Declines(const Problem& p) {
-  return DeclinesUnless(p, &IsAvx512Bf16Path, "avx512bf16");
+std::string AmxDeclines(const Problem& p, DotPath path) {
+  return DeclinesUnless(p, path, &IsAmxPath, "amx");
+}
+std::string Avx512Bf16Declines(const Problem& p, DotPath path) {
+  return DeclinesUnless(p, path, &IsAvx512Bf16Path, "avx512bf16");
 }
 
 }  // namespace internal

@@ -4,18 +4,13 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "attn/attn.h"
+#include "kernels/kernel.h"  // DotPath
 
 namespace attn::internal {
 
-enum class DotPath {
-  kWiden,               // widened to float32: the exact path of every type mix
-  kAvx512Bf16,          // vdpbf16ps, AVX3 target, CPU with AVX512-BF16
-  kAvx512Bf16Emulated,  // the same kernels over the portable emulation
-  kAmx,                 // AMX tiles (tdpbf16ps), AVX3 target, CPU and OS with AMX-BF16
-  kAmxEmulated,         // the AMX kernels over the emulated tiles
-};
 const char* DotPathName(DotPath path);
 
 // CPUID leaf 7 sub-leaf 1, EAX bit 5 (the AVX-512 state itself is Highway's
@@ -35,15 +30,43 @@ const std::string& AmxUnavailable();
 bool IsAmxPath(DotPath path);
 bool IsAvx512Bf16Path(DotPath path);
 
-// The path in force: ForceDotPath / ATTN_DOT_PATH (read at first use, as
-// ATTN_TARGET is), else the default rule. Throws Error for a bad
+// The process-wide path: ForceDotPath / ATTN_DOT_PATH (read at first use,
+// as ATTN_TARGET is), else DefaultDotPath(). Throws Error for a bad
 // ATTN_DOT_PATH.
 DotPath ActiveDotPath();
+// The default rule: the fastest hardware path that runs here (amx, then
+// avx512bf16), else widen; never an emulation.
+DotPath DefaultDotPath();
+// Whether ForceDotPath or ATTN_DOT_PATH chose the process-wide path (a
+// tuning table's per-shape path then does not apply).
+bool DotPathForced();
+// Whether `path` can run here now, else why not in *why.
+bool DotPathRunnable(DotPath path, std::string* why);
+// The path named `name`; throws Error (field "dot_path") for an unknown one.
+DotPath ParseDotPath(const std::string& name);
+// A call's path from Options::dot_path: "" or "auto" is ActiveDotPath();
+// a name must be runnable here, else Error (field "dot_path").
+DotPath CallDotPath(const std::string& name);
+// The non-emulated paths that run here, widen first: a tuner's candidates.
+std::vector<DotPath> HardwareDotPaths();
+
+// A call's dot path before a tuning table is consulted: for a problem
+// whose Q, K and V are all bf16, Options::dot_path, else the process-wide
+// path; widen for every other problem (the path is not consulted, so a
+// float32 call reads no CPU state). `fixed` when one was chosen explicitly
+// (Options::dot_path, ForceDotPath, ATTN_DOT_PATH): a table's per-shape
+// path then does not apply. Throws Error (field "dot_path") as CallDotPath,
+// for any problem when the option names a path.
+struct DotPathRequest {
+  DotPath path = DotPath::kWiden;
+  bool fixed = false;
+};
+DotPathRequest RequestedDotPath(const Problem& problem, const std::string& option);
 
 // "" when the AMX rows / the AVX512-BF16 rows of the kernel table take
-// `problem` (Q, K and V bf16 and a dot path of theirs in force that runs
-// here), else why not.
-std::string AmxDeclines(const Problem& problem);
-std::string Avx512Bf16Declines(const Problem& problem);
+// `problem` under the call's dot path `path` (Q, K and V bf16, and `path`
+// one of theirs that runs here), else why not.
+std::string AmxDeclines(const Problem& problem, DotPath path);
+std::string Avx512Bf16Declines(const Problem& problem, DotPath path);
 
 }  // namespace attn::internal

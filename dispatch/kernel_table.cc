@@ -25,49 +25,48 @@ void NaiveAttention(const Problem& problem, const RunConfig& config);
 
 namespace {
 
-std::string DeclinesNothing(const Problem&) { return ""; }
+std::string DeclinesNothing(const Problem&, DotPath) { return ""; }
 // The score modifiers (attn.h: window, softcap, ALiBi, sinks) are computed
 // by the naive, streaming and parallel kernels (float32 FMA path); the
 // blocked kernel and the bf16 dot-product rows decline them (the generic
 // rows after them take such problems).
-std::string DeclinesScoreModifiers(const Problem& p) {
+std::string DeclinesScoreModifiers(const Problem& p, DotPath) {
   if (!p.HasScoreModifiers()) return "";
   return "the sliding window, soft-cap, ALiBi and sink modifiers are computed by the naive, "
          "streaming and parallel kernels only";
 }
-std::string AmxRowDeclines(const Problem& p) {
-  std::string why = DeclinesScoreModifiers(p);
-  return why.empty() ? AmxDeclines(p) : why;
+std::string AmxRowDeclines(const Problem& p, DotPath path) {
+  std::string why = DeclinesScoreModifiers(p, path);
+  return why.empty() ? AmxDeclines(p, path) : why;
 }
-std::string Avx512Bf16RowDeclines(const Problem& p) {
-  std::string why = DeclinesScoreModifiers(p);
-  return why.empty() ? Avx512Bf16Declines(p) : why;
+std::string Avx512Bf16RowDeclines(const Problem& p, DotPath path) {
+  std::string why = DeclinesScoreModifiers(p, path);
+  return why.empty() ? Avx512Bf16Declines(p, path) : why;
 }
 
-// The bf16 dot-product rows: all-bf16 problems, when a dot path of theirs
-// is in force (dispatch/dot_path.cc); the hardware or the emulated layer as
-// it says.
+// The bf16 dot-product rows: all-bf16 problems whose call's dot path is
+// one of theirs (dispatch/dot_path.h); the hardware or the emulated layer
+// as the path says.
 void ParallelAmxAttention(const Problem& p, const RunConfig& config) {
-  ParallelAttentionWith(AmxTarget(ActiveDotPath() == DotPath::kAmx), p, config);
+  ParallelAttentionWith(AmxTarget(config.dot_path == DotPath::kAmx), p, config);
 }
 void StreamingAmxAttention(const Problem& p, const RunConfig& config) {
-  AmxStreamingAttention(p, config, ActiveDotPath() == DotPath::kAmx);
+  AmxStreamingAttention(p, config, config.dot_path == DotPath::kAmx);
 }
 constexpr const char* kAmxPath = "bf16 AMX tiles (tdpbf16ps), P rounded to bf16";
 
-bool Bf16DotOnHardware() { return ActiveDotPath() == DotPath::kAvx512Bf16; }
 void ParallelBf16DotAttention(const Problem& p, const RunConfig& config) {
-  ParallelAttentionWith(Bf16DotTarget(Bf16DotOnHardware()), p, config);
+  ParallelAttentionWith(Bf16DotTarget(config.dot_path == DotPath::kAvx512Bf16), p, config);
 }
 void StreamingBf16DotAttention(const Problem& p, const RunConfig& config) {
-  Bf16DotStreamingAttention(p, config, Bf16DotOnHardware());
+  Bf16DotStreamingAttention(p, config, config.dot_path == DotPath::kAvx512Bf16);
 }
 constexpr const char* kBf16DotPath = "bf16 dot products, P rounded to bf16";
 
 // The naive kernel materialises T_q x T_k float scores per head: above
 // 1 GiB it declines rather than exhaust memory (streaming needs O(tile)).
 constexpr int64_t kNaiveMaxScoreBytes = int64_t{1} << 30;
-std::string NaiveDeclines(const Problem& p) {
+std::string NaiveDeclines(const Problem& p, DotPath) {
   int64_t bytes;
   const bool overflow = __builtin_mul_overflow(p.q_len, p.kv_len, &bytes) ||
                         __builtin_mul_overflow(bytes, int64_t{sizeof(float)}, &bytes);
@@ -138,19 +137,20 @@ const std::vector<KernelImpl>& KernelImpls() { return Table(); }
 
 // The first row of `id` that does not decline `problem`, else null with the
 // first row's reason in *why.
-const KernelImpl* FirstAccepting(KernelId id, const Problem& problem, std::string* why) {
+const KernelImpl* FirstAccepting(KernelId id, const Problem& problem, DotPath path,
+                                 std::string* why) {
   for (const KernelImpl& row : Table()) {
     if (row.info.id != id || row.Skips(problem)) continue;
-    std::string declined = row.declines(problem);
+    std::string declined = row.declines(problem, path);
     if (declined.empty()) return &row;
     if (why->empty()) *why = std::move(declined);
   }
   return nullptr;
 }
 
-const KernelImpl& ImplFor(KernelId id, const Problem& problem) {
+const KernelImpl& ImplFor(KernelId id, const Problem& problem, DotPath path) {
   std::string why;
-  if (const KernelImpl* row = FirstAccepting(id, problem, &why)) return *row;
+  if (const KernelImpl* row = FirstAccepting(id, problem, path, &why)) return *row;
   const KernelInfo& info = GetKernelInfo(id);  // throws for kAuto / unknown
   throw Error("kernel", info.name, "attn: " + why + ", got " + info.name);
 }
@@ -165,11 +165,11 @@ bool ThreadsPayOff(const Problem& problem, int threads) {
   return flops >= double(threads) * kMinFlopsPerThread;
 }
 
-KernelId DefaultKernel(const Problem& problem, int threads) {
+KernelId DefaultKernel(const Problem& problem, int threads, DotPath path) {
   const bool use_threads = ThreadsPayOff(problem, threads);
   for (const KernelImpl& row : Table()) {
     if (row.info.threaded && !use_threads) continue;
-    if (!row.Skips(problem) && row.declines(problem).empty()) return row.info.id;
+    if (!row.Skips(problem) && row.declines(problem, path).empty()) return row.info.id;
   }
   return KernelId::kStreaming;  // declines nothing
 }
@@ -226,7 +226,7 @@ bool KernelSupports(KernelId kernel, const Problem& problem, std::string* why) {
   if (kernel == KernelId::kAuto) return true;
   GetKernelInfo(kernel);  // throws for a value outside the enum
   std::string first;
-  if (internal::FirstAccepting(kernel, problem, &first)) return true;
+  if (internal::FirstAccepting(kernel, problem, internal::ActiveDotPath(), &first)) return true;
   if (why) *why = first;
   return false;
 }

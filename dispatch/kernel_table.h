@@ -16,7 +16,8 @@ struct KernelImpl {
   int c_value = 0;  // its attn_kernel_t value in the C API (attn/attn_c.h)
   // "" when it can compute the (validated) problem, else a sentence saying
   // why not, in the manner of oneDNN's pd_t::init() declining.
-  std::string (*declines)(const Problem& problem) = nullptr;
+  // `path` is the call's dot path (dispatch/dot_path.h).
+  std::string (*declines)(const Problem& problem, DotPath path) = nullptr;
   KernelFn run = nullptr;
   // "" for a kernel's generic row; else the instruction path of a variant
   // row standing before it (e.g. the bf16 dot-product rows), for
@@ -38,14 +39,16 @@ struct KernelImpl {
 // first row of an id that does not decline the problem is the one that runs.
 const std::vector<KernelImpl>& KernelImpls();
 
-// The first row of `id` that does not decline `problem`; null when every
-// row of it does, with the first row's reason in *why.
-const KernelImpl* FirstAccepting(KernelId id, const Problem& problem, std::string* why);
+// The first row of `id` that does not decline `problem` under dot path
+// `path`; null when every row of it does, with the first row's reason in
+// *why.
+const KernelImpl* FirstAccepting(KernelId id, const Problem& problem, DotPath path,
+                                 std::string* why);
 
-// The row that runs `id` on `problem`: the first of that id that does not
-// decline it. Throws Error (field "kernel", the kernel's name) with the
-// reason when every row of that id declines.
-const KernelImpl& ImplFor(KernelId id, const Problem& problem);
+// The row that runs `id` on `problem` under `path`: the first of that id
+// that does not decline it. Throws Error (field "kernel", the kernel's
+// name) with the reason when every row of that id declines.
+const KernelImpl& ImplFor(KernelId id, const Problem& problem, DotPath path);
 
 // Whether `threads` threads have enough work to beat one: at least
 // kMinFlopsPerThread FLOPs each. Waking and joining a thread costs 1-2 µs
@@ -62,7 +65,7 @@ bool ThreadsPayOff(const Problem& problem, int threads);
 // The untuned default, what `auto` runs without a tuning table: the first
 // kernel in table order that supports the problem, skipping threaded ones
 // when the threads do not pay off (ThreadsPayOff; always at threads <= 1).
-KernelId DefaultKernel(const Problem& problem, int threads);
+KernelId DefaultKernel(const Problem& problem, int threads, DotPath path);
 
 // The C API's attn_kernel_t values: kAuto is 0; false for a value that
 // names no kernel.

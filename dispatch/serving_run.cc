@@ -80,6 +80,7 @@ struct Piece {
   size_t partial = 0;      // first float of its partials (parts > 1)
   const KernelImpl* impl = nullptr;
   Tiles tiles;
+  DotPath dot_path = DotPath::kWiden;
 };
 
 struct Item {
@@ -299,16 +300,19 @@ class Runner {
       dense.kv_len = p.key_end;
       dense.causal = p.causal ? Causal::kBottomRight : Causal::kNone;
       const TileInputs in = TileInputsFor(dense, 1);
+      const DotPathRequest dot = RequestedDotPath(dense, o_.dot_path);
       KernelId kernel = o_.kernel;
       Tiles tiles;
+      p.dot_path = dot.path;
       if (kernel == KernelId::kAuto) {
-        const AutoChoice choice = ChooseAuto(dense, in, o_.tiles);
+        const AutoChoice choice = ChooseAuto(dense, in, o_.tiles, false, dot);
         kernel = choice.kernel;
         tiles = choice.tiles;
+        p.dot_path = ChosenDotPath(choice, dot.path);
       } else {
         tiles = ResolveTiles(o_.tiles, in);
       }
-      p.impl = &ImplFor(kernel, dense);
+      p.impl = &ImplFor(kernel, dense, p.dot_path);
       p.tiles = ClampTiles(tiles, in);
       p.tiles.kv_splits = 1;  // keys are split here, across the whole batch
     }
@@ -390,6 +394,7 @@ class Runner {
     RunConfig config;
     config.tiles = p.tiles;
     config.threads = 1;
+    config.dot_path = p.dot_path;
     p.impl->run(sub, config);
   }
 

@@ -9,9 +9,10 @@
 namespace attn::internal {
 
 ShapeKey MakeShapeKey(int64_t q_len, int64_t kv_len, int64_t head_dim, Causal causal,
-                      int threads, DType kv_type) {
+                      int threads, DType kv_type, DType q_type) {
   ShapeKey key;
   key.kv_type = kv_type;
+  key.q_type = q_type;
   key.q_len = q_len;
   key.kv_len = kv_len;
   key.head_dim = head_dim;
@@ -24,12 +25,14 @@ std::string ShapeText(const ShapeKey& s) {
   return "T_q=" + std::to_string(s.q_len) + " T_k=" + std::to_string(s.kv_len) +
          " d=" + std::to_string(s.head_dim) + (s.causal ? " causal" : "") +
          " threads=" + std::to_string(s.threads) +
-         (s.kv_type != DType::kF32 ? std::string(" kv=") + DTypeName(s.kv_type) : "");
+         (s.kv_type != DType::kF32 ? std::string(" kv=") + DTypeName(s.kv_type) : "") +
+         (s.q_type != DType::kF32 ? std::string(" q=") + DTypeName(s.q_type) : "");
 }
 
 bool SameShape(const ShapeKey& a, const ShapeKey& b) {
   return a.q_len == b.q_len && a.kv_len == b.kv_len && a.head_dim == b.head_dim &&
-         a.causal == b.causal && a.threads == b.threads && a.kv_type == b.kv_type;
+         a.causal == b.causal && a.threads == b.threads && a.kv_type == b.kv_type &&
+         a.q_type == b.q_type;
 }
 
 BucketMatch FindBucket(const std::vector<TuningEntry>& entries, const ShapeKey& key) {
@@ -40,7 +43,10 @@ BucketMatch FindBucket(const std::vector<TuningEntry>& entries, const ShapeKey& 
   for (size_t i = 0; i < entries.size(); ++i) {
     const ShapeKey& s = entries[i].shape;
     if (SameShape(s, key)) return BucketMatch{int(i), true, 0.0};
-    if (s.threads != key.threads || s.causal != key.causal || s.kv_type != key.kv_type) continue;
+    if (s.threads != key.threads || s.causal != key.causal || s.kv_type != key.kv_type ||
+        s.q_type != key.q_type) {
+      continue;
+    }
     if ((s.q_len == 1) != (key.q_len == 1)) continue;
     const double dq = log_ratio(s.q_len, key.q_len);
     const double dk = log_ratio(s.kv_len, key.kv_len);

@@ -15,24 +15,27 @@ namespace attn::internal {
 // shares the non-causal entries (which is what decode needs).
 // kv_type is K's element type: a bf16 / f16 KV cache halves the bytes decode
 // reads and adds the panel kernels' tile widening, so it is tuned apart
-// (a tuning file without the field is float32).
+// (a tuning file without the field is float32). q_type is Q's: with Q, K
+// and V all bf16 the bf16 dot-product paths apply (attn.h), which a table
+// tunes apart as well (absent: float32).
 struct ShapeKey {
   int64_t q_len = 1, kv_len = 1, head_dim = 1;
   bool causal = false;
   int threads = 1;
   DType kv_type = DType::kF32;
+  DType q_type = DType::kF32;
 };
 ShapeKey MakeShapeKey(int64_t q_len, int64_t kv_len, int64_t head_dim, Causal causal, int threads,
-                      DType kv_type = DType::kF32);
+                      DType kv_type = DType::kF32, DType q_type = DType::kF32);
 
 // "T_q=.. T_k=.. d=..[ causal] threads=..[ kv=bf16]", for messages.
 std::string ShapeText(const ShapeKey& shape);
 bool SameShape(const ShapeKey& a, const ShapeKey& b);
 
 struct TuningEntry;
-// Shape bucketing. Among entries with the same threads, the same causal flag,
-// the same kv_type and the same kind (decode q_len == 1, or not), an entry is in the key's
-// bucket when T_q and T_k are each within a factor of 4 of the key's and d
+// Shape bucketing. Among entries with the same threads, the same causal
+// flag, the same kv_type and q_type and the same kind (decode q_len == 1, or
+// not), an entry is in the key's bucket when T_q and T_k are each within a factor of 4 of the key's and d
 // within a factor of 2. The nearest by
 //   |log2(T_q'/T_q)| + |log2(T_k'/T_k)| + 2·|log2(d'/d)|
 // wins (d weighs double: it changes the kernels' register and cache use more

@@ -117,14 +117,18 @@ TuningStatus LoadFromEnvironment() {
 
 AutoChoice ChooseAutoFrom(const LoadedTable* loaded, const std::string& current_target,
                           const Problem& problem, const TileInputs& in, const Tiles& requested,
-                          bool explain) {
+                          bool explain, const DotPathRequest& dot) {
   AutoChoice c;
   c.threads = in.threads;
-  const ShapeKey key =
-      MakeShapeKey(in.q_len, in.kv_len, in.head_dim, problem.causal, in.threads, problem.k.dtype);
+  const bool all_bf16 = problem.q.dtype == DType::kBF16 && problem.k.dtype == DType::kBF16 &&
+                        problem.v.dtype == DType::kBF16;
+  if (all_bf16) c.dot_path = DotPathName(dot.path);
+  const ShapeKey key = MakeShapeKey(in.q_len, in.kv_len, in.head_dim, problem.causal, in.threads,
+                                    problem.k.dtype, problem.q.dtype);
   // `why` is only called when explaining, so sentences cost nothing otherwise.
   auto use_default = [&](auto why) {
-    c.kernel = DefaultKernel(problem, in.threads);
+    if (all_bf16) c.dot_path = DotPathName(dot.path);
+    c.kernel = DefaultKernel(problem, in.threads, dot.path);
     // A one-thread kernel gets one thread's tiles: the query blocks that
     // ChooseTiles shrinks so that every thread has a unit would only cost
     // the single thread per-block overhead.
@@ -163,7 +167,22 @@ AutoChoice ChooseAutoFrom(const LoadedTable* loaded, const std::string& current_
     });
   }
   const TuningEntry& e = t.entries[size_t(match.index)];
-  if (std::string declined; !KernelSupports(e.kernel, problem, &declined)) {
+  // The entry's dot path, when it has one for an all-bf16 call that has not
+  // fixed its own.
+  DotPath path = dot.path;
+  const bool entry_path = all_bf16 && !dot.fixed && !e.dot_path.empty();
+  if (entry_path) {
+    std::string why;
+    path = ParseDotPath(e.dot_path);  // the parser checked the name
+    if (!DotPathRunnable(path, &why)) {
+      return use_default([&] {
+        return "the nearest tuned shape (" + ShapeText(e.shape) + ") ran dot path " +
+               e.dot_path + ", which cannot run now: " + why;
+      });
+    }
+    c.dot_path = e.dot_path;
+  }
+  if (std::string declined; !FirstAccepting(e.kernel, problem, path, &declined)) {
     return use_default([&] {
       return "the nearest tuned shape (" + ShapeText(e.shape) + ") names " +
              KernelName(e.kernel) + ", which declines this shape: " + declined;
@@ -194,6 +213,11 @@ AutoChoice ChooseAutoFrom(const LoadedTable* loaded, const std::string& current_
                          : "the nearest tuned shape in " + Quoted(loaded->path) + " is " +
                                ShapeText(e.shape) + " (bucket distance " + distance + ")";
   c.reason += std::string(": ") + KernelName(e.kernel) + " " + TilesText(e.tiles) + figures;
+  if (entry_path) c.reason += " on dot path " + e.dot_path;
+  if (all_bf16 && dot.fixed && !e.dot_path.empty() && e.dot_path != c.dot_path) {
+    c.reason += "; dot path " + c.dot_path + " as fixed by Options::dot_path, ForceDotPath or "
+                "ATTN_DOT_PATH (the entry was tuned on " + e.dot_path + ")";
+  }
   if (splits_from_rule) {
     c.reason += "; kv_splits from the default rule (the table was tuned with " +
                 std::to_string(t.heads) + " head(s), this call has " + std::to_string(in.heads) + ")";
@@ -205,11 +229,15 @@ AutoChoice ChooseAutoFrom(const LoadedTable* loaded, const std::string& current_
 }
 
 AutoChoice ChooseAuto(const Problem& problem, const TileInputs& in, const Tiles& requested,
-                      bool explain) {
+                      bool explain, const DotPathRequest& dot) {
   const std::shared_ptr<const LoadedTable> table = ActiveTable();
   // Without a table the target is irrelevant; skip naming it on hot calls.
   const std::string target = table ? CurrentTarget() : std::string();
-  return ChooseAutoFrom(table.get(), target, problem, in, requested, explain);
+  return ChooseAutoFrom(table.get(), target, problem, in, requested, explain, dot);
+}
+
+DotPath ChosenDotPath(const AutoChoice& choice, DotPath fallback) {
+  return choice.dot_path.empty() ? fallback : ParseDotPath(choice.dot_path);
 }
 
 }  // namespace internal
@@ -247,21 +275,26 @@ AutoChoice ExplainChoice(int64_t q_len, int64_t kv_len, int64_t head_dim, Causal
   shape.kv_len = kv_len;
   shape.head_dim = head_dim;
   shape.causal = causal;
-  return ExplainChoice(shape, Options{KernelId::kAuto, threads, Tiles{}});
+  Options options;
+  options.threads = threads;
+  return ExplainChoice(shape, options);
 }
 
 namespace {
 
 // ExplainChoice without the path.
-AutoChoice ExplainKernelChoice(const Problem& problem, const Options& options);
+AutoChoice ExplainKernelChoice(const Problem& problem, const Options& options,
+                               const internal::DotPathRequest& dot);
 
-// AutoChoice::path for `kernel` on `problem`'s element types.
-std::string PathText(KernelId kernel, const Problem& p) {
+// AutoChoice::path for `kernel` on `problem`'s element types under the
+// call's dot path.
+std::string PathText(KernelId kernel, const Problem& p, internal::DotPath dot_path) {
   // The row of the table that runs it (a bf16 dot-product row, say).
   std::string why;
-  const internal::KernelImpl* row = internal::FirstAccepting(kernel, p, &why);
+  const internal::KernelImpl* row = internal::FirstAccepting(kernel, p, dot_path, &why);
   if (row && *row->path) {
-    std::string path = CurrentTarget() + " " + row->path + " (dot path " + CurrentDotPath() + ")";
+    std::string path = CurrentTarget() + " " + row->path + " (dot path " +
+                       internal::DotPathName(dot_path) + ")";
     if (p.out.dtype != DType::kF32) {
       path += std::string("; out rounded once to ") + DTypeName(p.out.dtype);
     }
@@ -285,29 +318,35 @@ std::string PathText(KernelId kernel, const Problem& p) {
 }  // namespace
 
 AutoChoice ExplainChoice(const Problem& problem, const Options& options) {
-  AutoChoice c = ExplainKernelChoice(problem, options);
+  internal::InitTargetsOnce();
+  // attention() rounds first, then chooses for the rounded copies.
+  Problem rounded = problem;
   if (options.round_inputs_to_bf16) {
-    // The row that runs the rounded copies (attention() rounds first).
-    Problem rounded = problem;
     rounded.q.dtype = rounded.k.dtype = rounded.v.dtype = DType::kBF16;
-    c.path = PathText(c.kernel, rounded);
-    bool any = false;
-    for (DType t : {problem.q.dtype, problem.k.dtype, problem.v.dtype}) any |= t != DType::kBF16;
-    if (any) c.path += "; q, k, v rounded to bf16 first (Options::round_inputs_to_bf16)";
-  } else {
-    c.path = PathText(c.kernel, problem);
+  }
+  const internal::DotPathRequest dot = internal::RequestedDotPath(rounded, options.dot_path);
+  AutoChoice c = ExplainKernelChoice(rounded, options, dot);
+  c.path = PathText(c.kernel, rounded, internal::ChosenDotPath(c, dot.path));
+  bool any = false;
+  for (DType t : {problem.q.dtype, problem.k.dtype, problem.v.dtype}) any |= t != DType::kBF16;
+  if (options.round_inputs_to_bf16 && any) {
+    c.path += "; q, k, v rounded to bf16 first (Options::round_inputs_to_bf16)";
   }
   return c;
 }
 
 namespace {
-AutoChoice ExplainKernelChoice(const Problem& problem, const Options& options) {
-  internal::InitTargetsOnce();
+AutoChoice ExplainKernelChoice(const Problem& problem, const Options& options,
+                               const internal::DotPathRequest& dot) {
   const internal::TileInputs in =
       internal::TileInputsFor(problem, internal::ResolveThreads(options.threads));
   if (options.kernel != KernelId::kAuto) {
     AutoChoice c;
     c.kernel = options.kernel;
+    if (problem.q.dtype == DType::kBF16 && problem.k.dtype == DType::kBF16 &&
+        problem.v.dtype == DType::kBF16) {
+      c.dot_path = internal::DotPathName(dot.path);
+    }
     c.tiles = internal::ResolveTiles(options.tiles, in);
     c.threads = in.threads;
     c.source = "explicit";
@@ -315,7 +354,7 @@ AutoChoice ExplainKernelChoice(const Problem& problem, const Options& options) {
                "; the tuning table is not consulted";
     return c;
   }
-  return internal::ChooseAuto(problem, in, options.tiles, /*explain=*/true);
+  return internal::ChooseAuto(problem, in, options.tiles, /*explain=*/true, dot);
 }
 }  // namespace
 

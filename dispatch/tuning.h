@@ -11,6 +11,7 @@
 
 #include "attn/attn.h"
 #include "attn/tuning.h"
+#include "dispatch/dot_path.h"
 #include "dispatch/machine.h"
 #include "dispatch/shape_key.h"
 #include "dispatch/tiles.h"
@@ -41,13 +42,18 @@ struct LoadedTable {
 // Without `explain` the reason is left empty: attention() calls this on
 // every kAuto call, and decode calls are too short to format sentences for.
 // `problem` is the call's (its shape, causal mode and, for KernelSupports,
-// whatever a kernel may decline on); `in` its tile inputs.
+// whatever a kernel may decline on); `in` its tile inputs; `dot` the call's
+// dot path before the table (an all-bf16 entry's dot_path replaces it
+// unless it is fixed, and AutoChoice::dot_path says which one runs).
 AutoChoice ChooseAutoFrom(const LoadedTable* table, const std::string& current_target,
                           const Problem& problem, const TileInputs& in, const Tiles& requested,
-                          bool explain = true);
+                          bool explain = true, const DotPathRequest& dot = DotPathRequest{});
 // The same with the process's active table (loading it on first use).
 AutoChoice ChooseAuto(const Problem& problem, const TileInputs& in, const Tiles& requested,
-                      bool explain = false);
+                      bool explain, const DotPathRequest& dot);
+// The dot path an AutoChoice names: its dot_path, else `fallback` (a
+// problem that is not all-bf16).
+DotPath ChosenDotPath(const AutoChoice& choice, DotPath fallback);
 
 // Reads, parses and machine-checks a file; on failure returns nullopt and
 // the warning to print.

@@ -71,6 +71,19 @@ class Reader {
     else if (text == "f16") x = DType::kF16;
     else Bad(path_ + name, *it, "one of \"f32\", \"bf16\", \"f16\"");
   }
+  // A dot path by name (attn::DotPaths()); absent or "": none.
+  void OptionalDotPath(const char* name, std::string& x) {
+    const auto it = object_.find(name);
+    if (it == object_.end()) return;
+    x = StringValue(name, *it);
+    if (x.empty()) return;
+    std::string names;
+    for (const std::string& known : DotPaths()) {
+      if (x == known) return;
+      names += (names.empty() ? "\"" : ", \"") + known + "\"";
+    }
+    Bad(path_ + name, *it, "\"\" or one of " + names);
+  }
   // Informational numbers: optional, but a present one must be finite.
   void Number(const char* name, double& x) {
     const auto it = object_.find(name);
@@ -161,6 +174,9 @@ class Writer {
   void String(const char* name, std::string& x) { object_[name] = x; }
   void OptionalString(const char* name, std::string& x) { object_[name] = x; }
   void OptionalDType(const char* name, DType& x) { object_[name] = DTypeName(x); }
+  void OptionalDotPath(const char* name, std::string& x) {
+    if (!x.empty()) object_[name] = x;
+  }
   void Number(const char* name, double& x) { object_[name] = FiniteOrZero(x); }
   void Kernel(const char* name, KernelId& id) { object_[name] = KernelName(id); }
   template <typename Fields>
@@ -209,7 +225,9 @@ void EntryFields(Visitor& v, TuningEntry& e) {
   v.Bool("causal", e.shape.causal);
   v.Int("threads", e.shape.threads, 1, 1 << 16);
   v.OptionalDType("kv_dtype", e.shape.kv_type);
+  v.OptionalDType("q_dtype", e.shape.q_type);
   v.Kernel("kernel", e.kernel);
+  v.OptionalDotPath("dot_path", e.dot_path);
   v.Object("tiles", /*optional=*/false, [&](auto& tiles) {
     tiles.Int("q_block", e.tiles.q_block, 1, kMaxTunedQBlock);
     tiles.Int("kv_block", e.tiles.kv_block, 1, kMaxTunedKvBlock);

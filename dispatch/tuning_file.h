@@ -45,6 +45,11 @@ struct TuningEntry {
   TunedFigures figures;
   // Best GFLOP/s of each kernel over its configurations (for reports).
   std::map<std::string, double> kernel_gflops;
+  // For an all-bf16 shape (q_type and kv_type bf16): the dot path the winner
+  // ran ("widen", "avx512bf16", "amx"; attn.h), which `auto` then takes for
+  // the call unless Options::dot_path, ForceDotPath or ATTN_DOT_PATH fixes
+  // one. "": the process path (tables of other shapes, older files).
+  std::string dot_path;
 };
 
 struct TuningTable {

@@ -2,6 +2,8 @@
 // (computed with overflow checks, never wrapped), and output overlap.
 #include "dispatch/validate.h"
 
+#include "dispatch/dot_path.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -235,6 +237,8 @@ void ValidateOptions(const Options& o) {
   if (o.tiles.q_block < 0) Fail("tiles.q_block", Str(o.tiles.q_block), "must be >= 0");
   if (o.tiles.kv_block < 0) Fail("tiles.kv_block", Str(o.tiles.kv_block), "must be >= 0");
   if (o.tiles.kv_splits < 0) Fail("tiles.kv_splits", Str(o.tiles.kv_splits), "must be >= 0");
+  // A named path must exist and run here (Error field "dot_path").
+  if (!o.dot_path.empty()) CallDotPath(o.dot_path);
 }
 
 }  // namespace attn::internal

@@ -116,10 +116,23 @@ class HeadViews {
   int64_t count_, rows_;
 };
 
-// A resolved run request: tiles with no zero fields, threads >= 1.
+// How an all-bf16 problem multiplies (attn.h "bf16 dot-product paths";
+// chosen per call by dispatch/dot_path.h).
+enum class DotPath {
+  kWiden,               // widened to float32: the exact path of every type mix
+  kAvx512Bf16,          // vdpbf16ps, AVX3 target, CPU with AVX512-BF16
+  kAvx512Bf16Emulated,  // the same kernels over the portable emulation
+  kAmx,                 // AMX tiles (tdpbf16ps), AVX3 target, CPU and OS with AMX-BF16
+  kAmxEmulated,         // the AMX kernels over the emulated tiles
+};
+
+// A resolved run request: tiles with no zero fields, threads >= 1, and the
+// call's dot path (what the bf16 dot-product rows run: hardware or emulated
+// instructions).
 struct RunConfig {
   Tiles tiles;
   int threads = 1;
+  DotPath dot_path = DotPath::kWiden;
 };
 
 // Every kernel: computes the whole (validated) problem.

@@ -33,6 +33,7 @@
 
 #include "attn/attn.h"
 #include "attn/tuning.h"
+#include "dispatch/dot_path.h"
 #include "dispatch/kernel_table.h"
 #include "reference/reference.h"
 #include "tests/oracle.h"
@@ -181,7 +182,7 @@ TEST_P(Bf16DotKernels, EveryVariantOnEveryPathAndTargetIsWithinTheBound) {
       ForceTarget(target);
       ForceDotPath(pt.path);
       // The streaming kernel runs the bf16 row (not silently the widened one).
-      const internal::KernelImpl& row = internal::ImplFor(KernelId::kStreaming, owned.problem);
+      const internal::KernelImpl& row = internal::ImplFor(KernelId::kStreaming, owned.problem, internal::ActiveDotPath());
       ASSERT_STRNE(row.path, "") << pt.path << " " << target;
       for (const Variant& variant : variants) {
         SCOPED_TRACE(pt.path + " " + target + " " + variant.name);
@@ -322,8 +323,8 @@ TEST(Bf16DotDispatch, OtherTypeMixesKeepTheWidenedPath) {
     s.v_type = mix[2];
     OwnedProblem owned = MakeProblem(s);
     SCOPED_TRACE(s.Name());
-    EXPECT_STREQ(internal::ImplFor(KernelId::kStreaming, owned.problem).path, "");
-    EXPECT_STREQ(internal::ImplFor(KernelId::kParallel, owned.problem).path, "");
+    EXPECT_STREQ(internal::ImplFor(KernelId::kStreaming, owned.problem, internal::ActiveDotPath()).path, "");
+    EXPECT_STREQ(internal::ImplFor(KernelId::kParallel, owned.problem, internal::ActiveDotPath()).path, "");
     ExpectVariantsWithinNaiveBound(owned, {MakeVariant("streaming", KernelId::kStreaming, 1),
                                            MakeVariant("parallel/t2", KernelId::kParallel, 2)});
   }
@@ -437,15 +438,15 @@ TEST(Bf16DotDispatch, EachPathFamilyTakesOnlyItsOwnRows) {
   PathGuard guard;
   OwnedProblem owned = MakeProblem(Bf16Shape(2, 1, 64, 64, 64, 64, Causal::kNone));
   ForceDotPath("amx-emulated");
-  EXPECT_STREQ(internal::ImplFor(KernelId::kStreaming, owned.problem).path,
+  EXPECT_STREQ(internal::ImplFor(KernelId::kStreaming, owned.problem, internal::ActiveDotPath()).path,
                "bf16 AMX tiles (tdpbf16ps), P rounded to bf16");
-  EXPECT_STREQ(internal::ImplFor(KernelId::kParallel, owned.problem).path,
+  EXPECT_STREQ(internal::ImplFor(KernelId::kParallel, owned.problem, internal::ActiveDotPath()).path,
                "bf16 AMX tiles (tdpbf16ps), P rounded to bf16");
   ForceDotPath("avx512bf16-emulated");
-  EXPECT_STREQ(internal::ImplFor(KernelId::kStreaming, owned.problem).path,
+  EXPECT_STREQ(internal::ImplFor(KernelId::kStreaming, owned.problem, internal::ActiveDotPath()).path,
                "bf16 dot products, P rounded to bf16");
   ForceDotPath("widen");
-  EXPECT_STREQ(internal::ImplFor(KernelId::kStreaming, owned.problem).path, "");
+  EXPECT_STREQ(internal::ImplFor(KernelId::kStreaming, owned.problem, internal::ActiveDotPath()).path, "");
   Options o;
   o.kernel = KernelId::kStreaming;
   ForceDotPath("amx-emulated");

@@ -25,6 +25,7 @@
 
 #include "attn/attn.h"
 #include "attn/tuning.h"
+#include "dispatch/dot_path.h"
 #include "dispatch/kernel_table.h"
 #include "reference/reference.h"
 #include "tests/test_util.h"
@@ -357,7 +358,7 @@ TEST(Modifiers, RowsThatDoNotComputeThemDecline) {
   EXPECT_TRUE(KernelSupports(KernelId::kParallel, x.owned.problem));
   Modified bf = Make(ModifierShapes()[2], m);  // all-bf16
   ForceDotPath("avx512bf16-emulated");
-  EXPECT_STREQ(internal::ImplFor(KernelId::kStreaming, bf.owned.problem).path, "");
+  EXPECT_STREQ(internal::ImplFor(KernelId::kStreaming, bf.owned.problem, internal::ActiveDotPath()).path, "");
   ForceDotPath("auto");
   const reference::Result ref = reference::Attention(x.owned.problem);
   x.owned.ClearOutputs();

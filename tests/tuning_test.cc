@@ -589,13 +589,13 @@ TEST(ShapeTuner, FollowsTheTimerAndRejectsACorruptingCandidate) {
   ASSERT_TRUE(candidates.front().is_default);
   // Correct kernel, then one output element nudged by 1e-2: the kind of
   // error an off-by-one tile edge makes.
-  attn_tune::AttnCandidate corrupt{KernelId::kBlocked, Tiles{16, 64, 1}, false, {}};
+  attn_tune::AttnCandidate corrupt{KernelId::kBlocked, Tiles{16, 64, 1}, false, {}, ""};
   corrupt.run = [](const Problem& p, const Options& o) {
     attention(p, o);
     test::F32(p.out)[5 * p.out.row_stride + 3] += 1e-2f;
   };
   // And one that leaves the last query row unwritten.
-  attn_tune::AttnCandidate lazy{KernelId::kStreaming, Tiles{16, 64, 1}, false, {}};
+  attn_tune::AttnCandidate lazy{KernelId::kStreaming, Tiles{16, 64, 1}, false, {}, ""};
   lazy.run = [](const Problem& p, const Options& o) {
     Problem head = p;
     head.q_len = p.q_len - 1;
@@ -603,7 +603,7 @@ TEST(ShapeTuner, FollowsTheTimerAndRejectsACorruptingCandidate) {
   };
   // And one that ignores the last key: a small error (~1/T_k of an output),
   // which the bound must still catch.
-  attn_tune::AttnCandidate short_sighted{KernelId::kStreaming, Tiles{32, 64, 1}, false, {}};
+  attn_tune::AttnCandidate short_sighted{KernelId::kStreaming, Tiles{32, 64, 1}, false, {}, ""};
   short_sighted.run = [](const Problem& p, const Options& o) {
     Problem fewer_keys = p;
     fewer_keys.kv_len = p.kv_len - 1;
@@ -662,8 +662,8 @@ TEST(ShapeTuner, AKernelThatIsNotThreadedCountsAsOneThread) {
   // the default by the fewer-threads margin: 4% faster is not enough.
   const attn_tune::TuneShape shape{64, 64, 32, false, 2};
   std::vector<attn_tune::AttnCandidate> candidates;
-  candidates.push_back({KernelId::kParallel, Tiles{16, 64, 1}, true, {}});
-  candidates.push_back({KernelId::kStreaming, Tiles{16, 64, 1}, false, {}});
+  candidates.push_back({KernelId::kParallel, Tiles{16, 64, 1}, true, {}, ""});
+  candidates.push_back({KernelId::kStreaming, Tiles{16, 64, 1}, false, {}, ""});
   for (double streaming : {0.96e-3, 0.5e-3}) {
     SCOPED_TRACE(streaming);
     const attn_tune::ShapeResult r = attn_tune::TuneOneShape(
@@ -685,10 +685,10 @@ TEST(ShapeTuner, SampledRowsCheckLargeCausalShapesAndCatchCorruption) {
   // row must not.
   const attn_tune::TuneShape shape{1024, 2048, 128, true, 2};
   std::vector<attn_tune::AttnCandidate> candidates;
-  candidates.push_back({KernelId::kStreaming, Tiles{64, 128, 1}, true, {}});
-  candidates.push_back({KernelId::kBlocked, Tiles{16, 64, 1}, false, {}});
-  candidates.push_back({KernelId::kParallel, Tiles{32, 128, 2}, false, {}});
-  attn_tune::AttnCandidate corrupt{KernelId::kStreaming, Tiles{64, 128, 1}, false, {}};
+  candidates.push_back({KernelId::kStreaming, Tiles{64, 128, 1}, true, {}, ""});
+  candidates.push_back({KernelId::kBlocked, Tiles{16, 64, 1}, false, {}, ""});
+  candidates.push_back({KernelId::kParallel, Tiles{32, 128, 2}, false, {}, ""});
+  attn_tune::AttnCandidate corrupt{KernelId::kStreaming, Tiles{64, 128, 1}, false, {}, ""};
   corrupt.run = [](const Problem& p, const Options& o) {
     attention(p, o);
     test::F32(p.out)[(p.q_len / 2) * p.out.row_stride] += 1e-2f;
@@ -1032,11 +1032,11 @@ TEST(DefaultRule, ThreadsOnlyWhereEachGetsEnoughWork) {
   EXPECT_TRUE(internal::ThreadsPayOff(problem(64, 1 << 20, 1 << 20, 256, Causal::kNone), 2));
   // What auto runs without a table: streaming for the small problem, parallel
   // once the work pays for the second thread.
-  EXPECT_EQ(internal::DefaultKernel(problem(1, 128, 128, 16, Causal::kNone), 2),
+  EXPECT_EQ(internal::DefaultKernel(problem(1, 128, 128, 16, Causal::kNone), 2, internal::DotPath::kWiden),
             KernelId::kStreaming);
-  EXPECT_EQ(internal::DefaultKernel(problem(1, 128, 128, 64, Causal::kNone), 2),
+  EXPECT_EQ(internal::DefaultKernel(problem(1, 128, 128, 64, Causal::kNone), 2, internal::DotPath::kWiden),
             KernelId::kParallel);
-  EXPECT_EQ(internal::DefaultKernel(problem(1, 128, 128, 64, Causal::kNone), 1),
+  EXPECT_EQ(internal::DefaultKernel(problem(1, 128, 128, 64, Causal::kNone), 1, internal::DotPath::kWiden),
             KernelId::kStreaming);
 }
 

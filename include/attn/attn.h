@@ -250,6 +250,13 @@ struct Options {
   // an input is never rounded (exact widening). Meant for prefill: a decode
   // step would copy its whole KV cache; keep such a cache in bf16 instead.
   bool round_inputs_to_bf16 = false;
+  // The bf16 dot-product path of this call when Q, K and V are all bf16
+  // (after round_inputs_to_bf16), by name ("bf16 dot-product paths" below:
+  // "widen", "avx512bf16", "amx", their "-emulated" forms); "" or "auto":
+  // ForceDotPath / ATTN_DOT_PATH if set, else the tuning table's entry for
+  // the shape (attn-tune times the paths this CPU has), else the default
+  // rule. A name that cannot run here is an Error (field "dot_path").
+  std::string dot_path;
 };
 
 // Computes attention; throws attn::Error on invalid input (nothing written).

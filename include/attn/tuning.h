@@ -60,6 +60,11 @@ struct AutoChoice {
   // all-bf16 problem under a dot path (attn.h ForceDotPath) "AVX3 bf16 dot
   // products, P rounded to bf16 (dot path avx512bf16)".
   std::string path;
+  // For a problem whose Q, K and V are all bf16: the dot path the call
+  // takes (attn.h "bf16 dot-product paths": Options::dot_path, else
+  // ForceDotPath / ATTN_DOT_PATH, else the tuning entry's, else the default
+  // rule); "" for every other problem.
+  std::string dot_path;
 };
 // For a problem of batch * heads = 1 with d_v = d; threads 0 means what
 // attention() would use (OpenMP's default).

@@ -53,6 +53,7 @@ struct Args {
   bool verbose = false;
   std::string verify;
   std::string kv_dtype = "f32";
+  std::string dtype;  // "bf16": Q, K and V bf16 (overrides kv_dtype)
 };
 
 std::string UtcNow() {
@@ -102,7 +103,10 @@ int Explain(const Args& args, bool output_given) {
   shape.head_dim = args.explain[2];
   shape.causal = args.causal ? attn::Causal::kBottomRight : attn::Causal::kNone;
   shape.k.dtype = shape.v.dtype = attn::ParseDType(args.kv_dtype);
-  const attn::AutoChoice c = attn::ExplainChoice(shape, attn::Options{attn::KernelId::kAuto, threads, {}});
+  if (args.dtype == "bf16") shape.q.dtype = shape.k.dtype = shape.v.dtype = attn::DType::kBF16;
+  attn::Options options;
+  options.threads = threads;
+  const attn::AutoChoice c = attn::ExplainChoice(shape, options);
   fmt::print("auto for T_q={} T_k={} d={}{} with {} thread{}:\n", args.explain[0], args.explain[1],
              args.explain[2], args.causal ? " causal" : "", c.threads, c.threads == 1 ? "" : "s");
   fmt::print("  kernel  {}\n", attn::KernelName(c.kernel));
@@ -157,8 +161,9 @@ int Verify(const Args& args) {
   double worst = std::numeric_limits<double>::infinity();
   for (const TuningEntry& e : table->entries) {
     const attn_tune::TuneShape shape{e.shape.q_len, e.shape.kv_len, e.shape.head_dim,
-                                     e.shape.causal, e.shape.threads, e.shape.kv_type};
-    const attn_tune::AttnCandidate tuned{e.kernel, e.tiles, false, {}};
+                                     e.shape.causal, e.shape.threads, e.shape.kv_type,
+                                     e.shape.q_type};
+    const attn_tune::AttnCandidate tuned{e.kernel, e.tiles, false, {}, e.dot_path};
     if (std::string declined;
         !attn::KernelSupports(e.kernel, attn_tune::ShapeOnly(shape, table->heads), &declined)) {
       // auto falls back to the default here too: nothing to compare.
@@ -195,7 +200,8 @@ TuningTable Merge(TuningTable fresh, const std::string& path, int* kept) {
     const bool retuned = std::any_of(fresh.entries.begin(), fresh.entries.end(), [&](const TuningEntry& f) {
       return f.shape.q_len == e.shape.q_len && f.shape.kv_len == e.shape.kv_len &&
              f.shape.head_dim == e.shape.head_dim && f.shape.causal == e.shape.causal &&
-             f.shape.threads == e.shape.threads && f.shape.kv_type == e.shape.kv_type;
+             f.shape.threads == e.shape.threads && f.shape.kv_type == e.shape.kv_type &&
+             f.shape.q_type == e.shape.q_type;
     });
     if (!retuned) {
       fresh.entries.push_back(e);
@@ -204,10 +210,10 @@ TuningTable Merge(TuningTable fresh, const std::string& path, int* kept) {
   }
   for (const auto& [threads, peak] : old->peak_gflops) fresh.peak_gflops.emplace(threads, peak);
   std::stable_sort(fresh.entries.begin(), fresh.entries.end(), [](const TuningEntry& a, const TuningEntry& b) {
-    return std::tie(a.shape.kv_type, a.shape.threads, a.shape.causal, a.shape.head_dim,
-                    a.shape.q_len, a.shape.kv_len) <
-           std::tie(b.shape.kv_type, b.shape.threads, b.shape.causal, b.shape.head_dim,
-                    b.shape.q_len, b.shape.kv_len);
+    return std::tie(a.shape.q_type, a.shape.kv_type, a.shape.threads, a.shape.causal,
+                    a.shape.head_dim, a.shape.q_len, a.shape.kv_len) <
+           std::tie(b.shape.q_type, b.shape.kv_type, b.shape.threads, b.shape.causal,
+                    b.shape.head_dim, b.shape.q_len, b.shape.kv_len);
   });
   return fresh;
 }
@@ -252,7 +258,10 @@ int Tune(const Args& args) {
     fmt::print(stderr, "attn-tune: {}\n", e.what());
     return 2;
   }
-  for (TuneShape& s : shapes) s.kv_type = attn::ParseDType(args.kv_dtype);
+  for (TuneShape& s : shapes) {
+    s.kv_type = attn::ParseDType(args.kv_dtype);
+    if (args.dtype == "bf16") s.q_type = s.kv_type = attn::DType::kBF16;
+  }
   // The untuned default must be what `auto` does without any table.
   attn::ClearTuning();
   const std::string target = attn::CurrentTarget();
@@ -320,8 +329,12 @@ int Tune(const Args& args) {
     if (args.verbose) {
       fmt::print(stderr,
                  "    checked {} rows per head against the float64 reference: largest accepted "
-                 "error {:.2e}, bound {:.2e}\n",
-                 r.checked_rows, r.max_error_seen, r.check_bound);
+                 "error {:.2e}, bound {:.2e}{}\n",
+                 r.checked_rows, r.max_error_seen, r.check_bound,
+                 shape.AllBf16()
+                     ? fmt::format(" ({:.2e} on a bf16 dot path, P rounded to bf16)",
+                                   r.dot_path_check_bound)
+                     : std::string());
     }
     // ETA: each remaining shape costs its full candidate sweep at the rate
     // seen so far, or its budget share, whichever is less, but never less
@@ -420,6 +433,11 @@ int main(int argc, char** argv) {
                  "Element type of K and V of the tuned shapes: f32, bf16 or f16 (a table keeps "
                  "each type's entries apart; Q and O stay f32)")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  app.add_option("--dtype", args.dtype,
+                 "bf16: Q, K and V all bf16 (overrides --kv-dtype); each candidate also runs on "
+                 "every bf16 dot-product path this CPU has (widen, avx512bf16, amx), and the "
+                 "table records the winner's path")
+      ->check(CLI::IsMember({"bf16"}));
   app.add_option("--verify", args.verify,
                  "Time every entry of this tuning file against the untuned default on its shape "
                  "(alternated pairs); exit 1 if one is over 5% slower. Tunes nothing");

@@ -106,8 +106,10 @@ attn::internal::TuningEntry ToEntry(const ShapeResult& r, double peak_gflops) {
   e.shape.causal = r.shape.causal;
   e.shape.threads = r.shape.threads;
   e.shape.kv_type = r.shape.kv_type;
+  e.shape.q_type = r.shape.q_type;
   const AttnCandidate& w = r.Winner();
   e.kernel = w.kernel;
+  e.dot_path = w.dot_path;
   e.tiles = w.tiles;
   attn::internal::TunedFigures& f = e.figures;
   f.seconds = r.WinnerSeconds();

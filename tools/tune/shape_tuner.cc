@@ -27,6 +27,15 @@ namespace {
 // kernels differ from naive by at most 2.4e-7 over the whole default grid.
 constexpr double kNaiveErrorFactor = 4.0;
 constexpr double kFloorUlps = 16.0;
+// A bf16 dot-product path (an all-bf16 shape's candidates other than
+// widen) rounds the softmax weights P to bf16 before P·V: the precision
+// contract (docs/precision.md) adds 2^-8·ref(|V|) per output element to the
+// float32 bound, and ref(|V|), a convex combination of |V| rows, is at most
+// max|V|. A wrong dot-product kernel (a dropped pair half, a key pair mixed
+// twice) moves outputs by O(max|V|/T) per key from T = 256 down, which the
+// suite's tighter per-element bound (tests/bf16dot_test.cc) is for; this
+// one keeps the tuner from crowning a kernel that is grossly wrong.
+constexpr int kDotPathExtraExponent = -8;
 
 // Reference work per shape, in naive FLOPs: the whole output when it costs
 // less (about 0.1 s at naive's ~4 GFLOP/s), else sampled row blocks.
@@ -63,7 +72,7 @@ struct RowBlock {
 struct TuningProblem {
   int64_t heads = 1;
   std::vector<float> q, k, v, out;
-  std::vector<uint16_t> k16, v16;  // K and V as bf16 / f16 bit patterns
+  std::vector<uint16_t> q16, k16, v16;  // Q, K and V as bf16 / f16 bit patterns
   attn::Problem problem;
 
   TuningProblem(const TuneShape& s, int heads_count, uint64_t seed) : heads(heads_count) {
@@ -100,6 +109,11 @@ struct TuningProblem {
       p.k = attn::DenseBHTD(k16.data(), s.kv_type, heads, s.kv_len, s.head_dim);
       p.v = attn::DenseBHTD(v16.data(), s.kv_type, heads, s.kv_len, s.head_dim);
     }
+    if (s.q_type == attn::DType::kBF16) {
+      q16.resize(q.size());
+      for (size_t i = 0; i < q.size(); ++i) q16[i] = attn::BFloat16Bits(q[i]);
+      p.q = attn::DenseBHTD(q16.data(), s.q_type, heads, s.q_len, s.head_dim);
+    }
   }
 };
 
@@ -110,6 +124,7 @@ struct Reference {
   std::vector<std::vector<double>> exact;
   double naive_error = 0.0;  // naive's own max |naive - exact|
   double bound = 0.0;
+  double dot_path_bound = 0.0;  // for a bf16 dot-product path (see above)
   double seconds = 0.0;  // naive's time for these rows
   double pairs = 0.0;    // visible pairs of these rows, per head
   bool full = false;
@@ -148,7 +163,8 @@ Reference ComputeReference(const TuneShape& s, TuningProblem& tp) {
     // the sub-problem's own bottom-right diagonal is the original one.
     attn::Problem sub = tp.problem;
     sub.q_len = n;
-    sub.q.data = tp.q.data() + b.begin * s.head_dim;
+    sub.q.data = tp.q16.empty() ? static_cast<const void*>(tp.q.data() + b.begin * s.head_dim)
+                                : static_cast<const void*>(tp.q16.data() + b.begin * s.head_dim);
     sub.kv_len = s.causal ? std::max<int64_t>(1, VisibleKeys(s, b.end - 1)) : s.kv_len;
     sub.out = attn::DenseBHTD(out.data(), tp.heads, n, s.head_dim);
     attn::Options naive;
@@ -167,13 +183,15 @@ Reference ComputeReference(const TuneShape& s, TuningProblem& tp) {
   float max_v = 0.0f;
   for (float x : tp.v) max_v = std::max(max_v, std::fabs(x));
   ref.bound = kNaiveErrorFactor * ref.naive_error + kFloorUlps * FLT_EPSILON * double(max_v);
+  ref.dot_path_bound = ref.bound + std::ldexp(double(max_v), kDotPathExtraExponent);
   return ref;
 }
 
 // "" when the candidate's output (already in tp.out) matches the reference
 // on the checked rows and is finite everywhere, else why not.
 std::string CompareWithReference(const TuneShape& s, const TuningProblem& tp, const Reference& ref,
-                                 double* max_error) {
+                                 bool dot_path, double* max_error) {
+  const double bound = dot_path ? ref.dot_path_bound : ref.bound;
   const int64_t d = s.head_dim;
   // Outputs were NaN before the run: a NaN left anywhere is an unwritten or
   // broken row, even outside the sampled rows.
@@ -202,12 +220,13 @@ std::string CompareWithReference(const TuneShape& s, const TuningProblem& tp, co
       }
     }
   }
-  if (worst > ref.bound) {
-    char why[200];
+  if (worst > bound) {
+    char why[240];
     std::snprintf(why, sizeof(why),
                   "output is %.3g from the float64 reference at row %lld, over the bound %.3g "
-                  "(4x naive's own error %.3g, plus 16 ULPs)",
-                  worst, static_cast<long long>(worst_row), ref.bound, ref.naive_error);
+                  "(4x naive's own error %.3g, plus 16 ULPs%s)",
+                  worst, static_cast<long long>(worst_row), bound, ref.naive_error,
+                  dot_path ? ", plus 2^-8 max|V| for P rounded to bf16" : "");
     return why;
   }
   *max_error = std::max(*max_error, worst);
@@ -258,12 +277,18 @@ int RelevantFieldsDiffering(const AttnCandidate& c, const attn::Tiles& d) {
          int(k.uses_kv_splits && c.tiles.kv_splits != d.kv_splits);
 }
 
-// The candidate's identity: its kernel and the tile fields that kernel reads.
-std::tuple<int, int, int, int> CandidateKey(const AttnCandidate& c) {
+// The candidate's identity: its kernel, the tile fields that kernel reads,
+// and its dot path.
+std::tuple<int, int, int, int, std::string> CandidateKey(const AttnCandidate& c) {
   const attn::KernelInfo& k = attn::GetKernelInfo(c.kernel);
   return std::make_tuple(int(c.kernel), k.uses_q_block ? c.tiles.q_block : 0,
                          k.uses_kv_block ? c.tiles.kv_block : 0,
-                         k.uses_kv_splits ? c.tiles.kv_splits : 0);
+                         k.uses_kv_splits ? c.tiles.kv_splits : 0, c.dot_path);
+}
+
+// Whether a candidate multiplies in bf16 (a dot path other than widen).
+bool OnADotProductPath(const AttnCandidate& c) {
+  return !c.dot_path.empty() && c.dot_path != "widen";
 }
 
 }  // namespace
@@ -276,13 +301,15 @@ attn::Problem ShapeOnly(const TuneShape& s, int heads) {
   shape.head_dim = s.head_dim;
   shape.causal = s.causal ? attn::Causal::kBottomRight : attn::Causal::kNone;
   shape.k.dtype = shape.v.dtype = s.kv_type;
+  shape.q.dtype = s.q_type;
   return shape;
 }
 
 std::string TuneShape::Name() const {
   return std::to_string(q_len) + "x" + std::to_string(kv_len) + " d=" + std::to_string(head_dim) +
          (causal ? " causal" : "") + " t=" + std::to_string(threads) +
-         (kv_type != attn::DType::kF32 ? std::string(" kv=") + attn::DTypeName(kv_type) : "");
+         (kv_type != attn::DType::kF32 ? std::string(" kv=") + attn::DTypeName(kv_type) : "") +
+         (q_type != attn::DType::kF32 ? std::string(" q=") + attn::DTypeName(q_type) : "");
 }
 
 std::string AttnCandidate::Label() const {
@@ -291,6 +318,7 @@ std::string AttnCandidate::Label() const {
   if (k.uses_q_block) label += " q=" + std::to_string(tiles.q_block);
   if (k.uses_kv_block) label += " kv=" + std::to_string(tiles.kv_block);
   if (k.uses_kv_splits) label += " split=" + std::to_string(tiles.kv_splits);
+  if (!dot_path.empty()) label += " " + dot_path;
   return label;
 }
 
@@ -309,7 +337,29 @@ std::vector<AttnCandidate> EnumerateCandidates(const TuneShape& s, int heads, bo
   attn::Options auto_options;
   auto_options.threads = s.threads;
   const attn::AutoChoice def = attn::ExplainChoice(shape, auto_options);
-  AttnCandidate default_candidate{def.kernel, def.tiles, true, {}};
+  // An all-bf16 shape runs on each hardware dot path this CPU has (widen
+  // included); a kernel without a row for a path runs it widened, so it
+  // is a candidate there only as "widen" (one candidate, not one per path).
+  std::vector<std::string> paths{""};
+  if (s.AllBf16()) {
+    paths.clear();
+    for (const std::string& p : attn::SupportedDotPaths()) {
+      if (p.find("-emulated") == std::string::npos) paths.push_back(p);
+    }
+  }
+  auto effective_path = [&](attn::KernelId kernel, const std::string& path) {
+    if (path.empty() || path == "widen") return path;
+    attn::Options o;
+    o.kernel = kernel;
+    o.threads = s.threads;
+    o.dot_path = path;
+    // A dot-product row names its dot path in the explanation.
+    return attn::ExplainChoice(shape, o).path.find("(dot path ") != std::string::npos
+               ? path
+               : std::string("widen");
+  };
+  AttnCandidate default_candidate{def.kernel, def.tiles, true, {},
+                                  effective_path(def.kernel, def.dot_path)};
 
   // Queries per SIMD panel: the q_block DefaultTiles gives a single query.
   const int panel = attn::DefaultTiles(1, s.kv_len, s.head_dim).q_block;
@@ -343,19 +393,22 @@ std::vector<AttnCandidate> EnumerateCandidates(const TuneShape& s, int heads, bo
     const std::vector<int> qs = k.uses_q_block ? std::vector<int>(q_blocks.begin(), q_blocks.end())
                                                : std::vector<int>{def.tiles.q_block};
     const std::vector<int> kvs = k.uses_kv_block ? kv_blocks : std::vector<int>{def.tiles.kv_block};
-    for (int qb : qs) {
-      const std::vector<int> splits =
-          k.uses_kv_splits ? splits_for(qb) : std::vector<int>{def.tiles.kv_splits};
-      for (int kv : kvs) {
-        for (int sp : splits) {
-          all.push_back(AttnCandidate{k.id, attn::Tiles{qb, kv, sp}, false, {}});
+    for (const std::string& requested_path : paths) {
+      const std::string path = effective_path(k.id, requested_path);
+      for (int qb : qs) {
+        const std::vector<int> splits =
+            k.uses_kv_splits ? splits_for(qb) : std::vector<int>{def.tiles.kv_splits};
+        for (int kv : kvs) {
+          for (int sp : splits) {
+            all.push_back(AttnCandidate{k.id, attn::Tiles{qb, kv, sp}, false, {}, path});
+          }
         }
       }
     }
   }
   // Drop duplicates of the default, and of each other in the fields the
   // kernel uses.
-  std::set<std::tuple<int, int, int, int>> seen{CandidateKey(default_candidate)};
+  std::set<std::tuple<int, int, int, int, std::string>> seen{CandidateKey(default_candidate)};
   std::vector<AttnCandidate> unique;
   for (const AttnCandidate& c : all) {
     if (seen.insert(CandidateKey(c)).second) unique.push_back(c);
@@ -398,6 +451,7 @@ ShapeResult TuneOneShape(const TuneShape& shape, const ShapeTuneSettings& settin
   result.naive_extrapolated = !ref.full;
   result.naive_seconds = ref.seconds * VisiblePairs(shape, 0, shape.q_len) / std::max(1.0, ref.pairs);
   result.check_bound = ref.bound;
+  result.dot_path_check_bound = ref.dot_path_bound;
 
   auto run = [&](size_t i) {
     const AttnCandidate& c = candidates[i];
@@ -405,6 +459,7 @@ ShapeResult TuneOneShape(const TuneShape& shape, const ShapeTuneSettings& settin
     options.kernel = c.kernel;
     options.threads = shape.threads;
     options.tiles = c.tiles;
+    options.dot_path = c.dot_path;
     if (c.run) {
       c.run(tp.problem, options);
     } else {
@@ -425,7 +480,9 @@ ShapeResult TuneOneShape(const TuneShape& shape, const ShapeTuneSettings& settin
       return outcome;
     }
     outcome.seconds = Seconds(t0, Clock::now());
-    outcome.reason = CompareWithReference(shape, tp, ref, &result.max_error_seen);
+    outcome.reason =
+        CompareWithReference(shape, tp, ref, OnADotProductPath(candidates[i]),
+                             &result.max_error_seen);
     outcome.correct = outcome.reason.empty();
     return outcome;
   };
@@ -482,6 +539,7 @@ DefaultComparison CompareWithDefault(const TuneShape& shape, int heads, const At
     options.kernel = c.kernel;
     options.threads = shape.threads;
     options.tiles = c.tiles;
+    options.dot_path = c.dot_path;
     attn::attention(tp.problem, options);  // warm: scratch, OpenMP pool, caches
     int calls = 0;
     const auto t0 = Clock::now();

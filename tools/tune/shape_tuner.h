@@ -23,8 +23,12 @@ struct TuneShape {
   int64_t q_len = 1, kv_len = 1, head_dim = 64;
   bool causal = false;
   int threads = 1;
-  attn::DType kv_type = attn::DType::kF32;  // K and V (Q and O stay float32)
-  std::string Name() const;  // "1024x1024 d=64 causal t=2[ kv=bf16]"
+  attn::DType kv_type = attn::DType::kF32;  // K and V (O stays float32)
+  // Q: float32, or bf16 with a bf16 K and V (an all-bf16 shape, whose
+  // candidates run on every bf16 dot-product path this CPU has).
+  attn::DType q_type = attn::DType::kF32;
+  bool AllBf16() const { return q_type == attn::DType::kBF16 && kv_type == attn::DType::kBF16; }
+  std::string Name() const;  // "1024x1024 d=64 causal t=2[ kv=bf16][ q=bf16]"
 };
 
 // The shape as a problem without data (heads query and K/V heads): what
@@ -35,9 +39,11 @@ struct AttnCandidate {
   attn::KernelId kernel = attn::KernelId::kStreaming;
   attn::Tiles tiles;        // resolved: every field > 0
   bool is_default = false;  // what `auto` runs without a tuning table
-  std::string Label() const;  // "streaming q=32 kv=128"
+  std::string Label() const;  // "streaming q=32 kv=128[ avx512bf16]"
   // Replaces attn::attention for this candidate (tests inject wrong ones).
   std::function<void(const attn::Problem&, const attn::Options&)> run;
+  // An all-bf16 shape's dot path (Options::dot_path); "" otherwise.
+  std::string dot_path;
 };
 
 struct ShapeTuneSettings {
@@ -75,6 +81,7 @@ struct ShapeResult {
   bool naive_extrapolated = false;  // timed on sampled rows, scaled by FLOPs
   int64_t checked_rows = 0;         // query rows checked per head
   double check_bound = 0.0;         // largest |candidate - float64 reference| allowed
+  double dot_path_check_bound = 0.0;  // the same for a bf16 dot-path candidate
   double max_error_seen = 0.0;      // largest |candidate - reference| that passed
 
   bool HasWinner() const { return tuning.winner >= 0; }
