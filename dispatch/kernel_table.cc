@@ -27,9 +27,9 @@ namespace {
 
 std::string DeclinesNothing(const Problem&, DotPath) { return ""; }
 // The score modifiers (attn.h: window, softcap, ALiBi, sinks) are computed
-// by the naive, streaming and parallel kernels (float32 FMA path); the
-// blocked kernel and the bf16 dot-product rows decline them (the generic
-// rows after them take such problems).
+// by the naive, streaming and parallel kernels (float32 FMA path) and the
+// AVX512-BF16 dot-product rows; the blocked kernel and the AMX rows decline
+// them (the rows after them take such problems).
 std::string DeclinesScoreModifiers(const Problem& p, DotPath) {
   if (!p.HasScoreModifiers()) return "";
   return "the sliding window, soft-cap, ALiBi and sink modifiers are computed by the naive, "
@@ -40,8 +40,7 @@ std::string AmxRowDeclines(const Problem& p, DotPath path) {
   return why.empty() ? AmxDeclines(p, path) : why;
 }
 std::string Avx512Bf16RowDeclines(const Problem& p, DotPath path) {
-  std::string why = DeclinesScoreModifiers(p, path);
-  return why.empty() ? Avx512Bf16Declines(p, path) : why;
+  return Avx512Bf16Declines(p, path);
 }
 
 // The bf16 dot-product rows: all-bf16 problems whose call's dot path is

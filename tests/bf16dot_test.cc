@@ -75,61 +75,6 @@ struct PathGuard {
   }
 };
 
-// The reference with |V| in place of V (ref(|V|) of the bound above).
-reference::Result ReferenceOfAbsV(OwnedProblem& o) {
-  std::vector<uint16_t> saved = o.v16;
-  for (uint16_t& bits : o.v16) bits &= 0x7FFF;
-  reference::Result r = reference::Attention(o.problem);
-  o.v16 = saved;
-  return r;
-}
-
-struct Bf16DotBound {
-  double b32 = 0, lse = 0;
-  reference::Result abs_v;
-};
-
-Bf16DotBound MakeBound(OwnedProblem& o, const reference::Result& ref) {
-  Options naive;
-  naive.kernel = KernelId::kNaive;
-  const Errors naive_err = RunAndCompare(o, ref, naive);
-  const Bound b = BoundFromNaive(naive_err, o.problem, ref);
-  return {b.out, b.lse, ReferenceOfAbsV(o)};
-}
-
-// The first element of o's outputs outside the bound, or "".
-std::string FirstViolation(const OwnedProblem& o, const reference::Result& ref,
-                           const Bf16DotBound& bound) {
-  const Problem& p = o.problem;
-  const int64_t dv = p.ValueDim();
-  size_t r = 0, l = 0;
-  for (int64_t b = 0; b < p.batch; ++b)
-    for (int64_t h = 0; h < p.q_heads; ++h)
-      for (int64_t i = 0; i < p.q_len; ++i, ++l) {
-        const int64_t base = b * p.out.batch_stride + h * p.out.head_stride + i * p.out.row_stride;
-        for (int64_t c = 0; c < dv; ++c, ++r) {
-          const double got = ElementAt(p.out, base + c), want = ref.out[r];
-          const double limit = bound.b32 + std::ldexp(bound.abs_v.out[r], -8);
-          const bool ok = std::isnan(want) ? std::isnan(got) : std::fabs(got - want) <= limit;
-          if (!ok) {
-            return "out b" + std::to_string(b) + " h" + std::to_string(h) + " row " +
-                   std::to_string(i) + " col " + std::to_string(c) + ": " + std::to_string(got) +
-                   " vs reference " + std::to_string(want) + ", bound " + std::to_string(limit);
-          }
-        }
-        if (p.lse.data) {
-          const double got = p.lse.data[b * p.lse.batch_stride + h * p.lse.head_stride +
-                                        i * p.lse.row_stride];
-          const double want = ref.lse[l];
-          const bool ok = std::isinf(want) ? got == want : std::fabs(got - want) <= bound.lse;
-          if (!ok) {
-            return "lse b" + std::to_string(b) + " h" + std::to_string(h) + " row " +
-                   std::to_string(i) + ": " + std::to_string(got) + " vs " + std::to_string(want);
-          }
-        }
-      }
-  return "";
-}
 
 Shape Bf16Shape(int64_t hq, int64_t hkv, int64_t tq, int64_t tk, int64_t d, int64_t dv,
                 Causal causal, bool mask = false, Layout layout = Layout::kBHTD,
@@ -175,7 +120,7 @@ TEST_P(Bf16DotKernels, EveryVariantOnEveryPathAndTargetIsWithinTheBound) {
   PathGuard guard;
   OwnedProblem owned = MakeProblem(GetParam());
   const reference::Result ref = reference::Attention(owned.problem);
-  const Bf16DotBound bound = MakeBound(owned, ref);
+  const Bf16DotBound bound = MakeBf16DotBound(owned, ref);
   const std::vector<Variant> variants = KernelVariants();
   for (const PathTargets& pt : RealDotPaths()) {
     for (const std::string& target : pt.targets) {
@@ -188,7 +133,7 @@ TEST_P(Bf16DotKernels, EveryVariantOnEveryPathAndTargetIsWithinTheBound) {
         SCOPED_TRACE(pt.path + " " + target + " " + variant.name);
         owned.ClearOutputs();
         attention(owned.problem, variant.options);
-        EXPECT_EQ(FirstViolation(owned, ref, bound), "");
+        EXPECT_EQ(FirstBf16DotViolation(owned, ref, bound), "");
       }
       ForceDotPath("auto");
     }
@@ -215,12 +160,12 @@ TEST(Bf16DotBound, FailsForADroppedKeyOrSwappedPairHalves) {
     SCOPED_TRACE(std::string(path) + " " + s.Name());
     OwnedProblem owned = MakeProblem(s);
     const reference::Result ref = reference::Attention(owned.problem);
-    const Bf16DotBound bound = MakeBound(owned, ref);
+    const Bf16DotBound bound = MakeBf16DotBound(owned, ref);
     Options streaming;
     streaming.kernel = KernelId::kStreaming;
     owned.ClearOutputs();
     attention(owned.problem, streaming);
-    ASSERT_EQ(FirstViolation(owned, ref, bound), "");  // the right kernel passes
+    ASSERT_EQ(FirstBf16DotViolation(owned, ref, bound), "");  // the right kernel passes
 
     Problem dropped = owned.problem;
     dropped.kv_len -= 1;
@@ -228,7 +173,7 @@ TEST(Bf16DotBound, FailsForADroppedKeyOrSwappedPairHalves) {
     if (owned.problem.causal == Causal::kNone) {
       owned.ClearOutputs();
       attention(dropped, streaming);
-      EXPECT_NE(FirstViolation(owned, ref, bound), "") << "a dropped key passed";
+      EXPECT_NE(FirstBf16DotViolation(owned, ref, bound), "") << "a dropped key passed";
     }
 
     std::vector<uint16_t> saved = owned.k16;
@@ -236,7 +181,7 @@ TEST(Bf16DotBound, FailsForADroppedKeyOrSwappedPairHalves) {
     owned.ClearOutputs();
     attention(owned.problem, streaming);
     owned.k16 = saved;
-    EXPECT_NE(FirstViolation(owned, ref, bound), "") << "swapped K pair halves passed";
+    EXPECT_NE(FirstBf16DotViolation(owned, ref, bound), "") << "swapped K pair halves passed";
     // The hostile-input oracle's analytical bound for the path rejects it too.
     EXPECT_NE(oracle::Check(owned.problem, ref), "") << "the oracle passed swapped K halves";
   }
@@ -363,7 +308,7 @@ TEST(Bf16DotRounding, OptInRoundsFloat32AndF16InputsAsTheBf16ProblemOfTheirValue
       round_into(s.k_type, given.k, given.k16, rounded.k16);
       round_into(s.v_type, given.v, given.v16, rounded.v16);
       const reference::Result ref = reference::Attention(rounded.problem);
-      const Bf16DotBound bound = MakeBound(rounded, ref);
+      const Bf16DotBound bound = MakeBf16DotBound(rounded, ref);
       for (const Variant& variant : {MakeVariant("streaming", KernelId::kStreaming, 1),
                                      MakeVariant("parallel/t2", KernelId::kParallel, 2)}) {
         SCOPED_TRACE(variant.name);
@@ -379,7 +324,7 @@ TEST(Bf16DotRounding, OptInRoundsFloat32AndF16InputsAsTheBf16ProblemOfTheirValue
                                  given.out.size() * sizeof(float)));
         EXPECT_EQ(0, std::memcmp(given.lse.data(), rounded.lse.data(),
                                  given.lse.size() * sizeof(float)));
-        EXPECT_EQ(FirstViolation(given, ref, bound), "");
+        EXPECT_EQ(FirstBf16DotViolation(given, ref, bound), "");
       }
     }
     ForceDotPath("auto");
@@ -479,7 +424,7 @@ TEST(AmxHardware, MatchesTheEmulationWithinTwiceTheBound) {
     SCOPED_TRACE(shape.Name());
     OwnedProblem owned = MakeProblem(shape);
     const reference::Result ref = reference::Attention(owned.problem);
-    const Bf16DotBound bound = MakeBound(owned, ref);
+    const Bf16DotBound bound = MakeBf16DotBound(owned, ref);
     Options streaming;
     streaming.kernel = KernelId::kStreaming;
     ForceDotPath("amx-emulated");

@@ -331,6 +331,10 @@ TEST(Modifiers, BadValuesAreErrorsNamingTheField) {
 // target, against the reference with the naive kernel's bound
 // (test_util.h BoundFromNaive), for each modifier and all together.
 TEST(Modifiers, EveryKernelAndTargetIsWithinTheNaiveBound) {
+  // The float32 kernels: an all-bf16 shape would otherwise take the
+  // default dot path (avx512bf16 where it runs, P rounded to bf16), which
+  // TheBf16DotProductKernelsComputeThemWithinTheirBound holds to its bound.
+  ForceDotPath("widen");
   std::vector<Variant> variants;
   for (const Variant& v : KernelVariants()) {
     if (v.options.kernel != KernelId::kBlocked) variants.push_back(v);
@@ -342,11 +346,12 @@ TEST(Modifiers, EveryKernelAndTargetIsWithinTheNaiveBound) {
       ExpectVariantsWithinNaiveBound(x.owned, variants);
     }
   }
+  ForceDotPath("auto");
 }
 
-// The blocked kernel and the bf16 dot-product rows decline modified
-// problems with the reason; the generic streaming and parallel rows take
-// them (auto too), and the naive kernel.
+// The blocked kernel and the AMX rows decline modified problems with the
+// reason; the generic streaming and parallel rows take them (auto too), the
+// AVX512-BF16 dot-product rows, and the naive kernel.
 TEST(Modifiers, RowsThatDoNotComputeThemDecline) {
   Modifiers m;
   m.softcap = 1.0f;
@@ -357,9 +362,12 @@ TEST(Modifiers, RowsThatDoNotComputeThemDecline) {
   EXPECT_TRUE(KernelSupports(KernelId::kStreaming, x.owned.problem));
   EXPECT_TRUE(KernelSupports(KernelId::kParallel, x.owned.problem));
   Modified bf = Make(ModifierShapes()[2], m);  // all-bf16
-  ForceDotPath("avx512bf16-emulated");
-  EXPECT_STREQ(internal::ImplFor(KernelId::kStreaming, bf.owned.problem, internal::ActiveDotPath()).path, "");
-  ForceDotPath("auto");
+  EXPECT_STREQ(internal::ImplFor(KernelId::kStreaming, bf.owned.problem,
+                                 internal::DotPath::kAmxEmulated).path,
+               "");
+  EXPECT_STRNE(internal::ImplFor(KernelId::kStreaming, bf.owned.problem,
+                                 internal::DotPath::kAvx512Bf16Emulated).path,
+               "");
   const reference::Result ref = reference::Attention(x.owned.problem);
   x.owned.ClearOutputs();
   attention(x.owned.problem);
@@ -368,6 +376,66 @@ TEST(Modifiers, RowsThatDoNotComputeThemDecline) {
   // Without modifiers the table is as before.
   Modified plain = Make(ModifierShapes()[0], Modifiers{});
   EXPECT_TRUE(KernelSupports(KernelId::kStreaming, plain.owned.problem));
+}
+
+// The AVX512-BF16 dot-product kernels compute every modifier, on every
+// target through the emulated layer and on AVX3 through the instruction
+// where the CPU has it, within the path's bound (test_util.h
+// Bf16DotBound): all-bf16 shapes with panels (and, for a window, tiles of
+// 16 keys, of which whole ones fall outside a row block's window), the
+// narrow path (a GQA decode view), and split-KV over two threads.
+TEST(Modifiers, TheBf16DotProductKernelsComputeThemWithinTheirBound) {
+  auto bf16 = [](int64_t hq, int64_t hkv, int64_t tq, int64_t tk, int64_t d, Causal causal) {
+    Shape s;
+    s.batch = 1;
+    s.q_heads = hq;
+    s.kv_heads = hkv;
+    s.tq = tq;
+    s.tk = tk;
+    s.d = d;
+    s.dv = d + 1;
+    s.causal = causal;
+    s.q_type = s.k_type = s.v_type = DType::kBF16;
+    s.seed = uint64_t(tq * 17 + tk);
+    return s;
+  };
+  const std::vector<Shape> shapes = {ModifierShapes()[2],
+                                     bf16(2, 1, 150, 180, 24, Causal::kBottomRight),
+                                     bf16(4, 1, 1, 90, 32, Causal::kBottomRight)};
+  std::vector<std::pair<std::string, std::vector<std::string>>> paths = {
+      {"avx512bf16-emulated", SupportedTargets()}};
+  for (const std::string& p : SupportedDotPaths()) {
+    if (p == "avx512bf16") paths.push_back({p, {"AVX3"}});
+  }
+  std::vector<Variant> variants = {MakeVariant("streaming", KernelId::kStreaming, 1),
+                                   MakeVariant("streaming/kv16", KernelId::kStreaming, 1,
+                                               Tiles{0, 16, 0}),
+                                   MakeVariant("parallel/t2/split2", KernelId::kParallel, 2,
+                                               Tiles{0, 32, 2})};
+  for (const Shape& s : shapes) {
+    for (const Modifiers& m : AllModifiers()) {
+      Modified x = Make(s, m);
+      const reference::Result ref = reference::Attention(x.owned.problem);
+      const Bf16DotBound bound = MakeBf16DotBound(x.owned, ref);
+      for (const auto& [path, targets] : paths) {
+        for (const std::string& target : targets) {
+          ForceTarget(target);
+          for (const Variant& v : variants) {
+            SCOPED_TRACE(s.Name() + " " + m.name + " " + path + " " + target + " " + v.name);
+            Options o = v.options;
+            o.dot_path = path;
+            ASSERT_STRNE(internal::ImplFor(o.kernel, x.owned.problem,
+                                           internal::ParseDotPath(path)).path,
+                         "");
+            x.owned.ClearOutputs();
+            attention(x.owned.problem, o);
+            EXPECT_EQ(FirstBf16DotViolation(x.owned, ref, bound), "");
+          }
+        }
+      }
+      ForceTarget("auto");
+    }
+  }
 }
 
 }  // namespace

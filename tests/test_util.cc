@@ -275,4 +275,58 @@ std::vector<Variant> KernelVariants(int extra_threads) {
   return variants;
 }
 
+namespace {
+// The reference with |V| in place of V (ref(|V|) of the bf16 dot-path
+// bound, test_util.h).
+reference::Result ReferenceOfAbsV(OwnedProblem& o) {
+  std::vector<uint16_t> saved = o.v16;
+  for (uint16_t& bits : o.v16) bits &= 0x7FFF;
+  reference::Result r = reference::Attention(o.problem);
+  o.v16 = saved;
+  return r;
+}
+}  // namespace
+
+Bf16DotBound MakeBf16DotBound(OwnedProblem& o, const reference::Result& ref) {
+  Options naive;
+  naive.kernel = KernelId::kNaive;
+  const Errors naive_err = RunAndCompare(o, ref, naive);
+  const Bound b = BoundFromNaive(naive_err, o.problem, ref);
+  return {b.out, b.lse, ReferenceOfAbsV(o)};
+}
+
+// The first element of o's outputs outside the bound, or "".
+std::string FirstBf16DotViolation(const OwnedProblem& o, const reference::Result& ref,
+                           const Bf16DotBound& bound) {
+  const Problem& p = o.problem;
+  const int64_t dv = p.ValueDim();
+  size_t r = 0, l = 0;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.q_heads; ++h)
+      for (int64_t i = 0; i < p.q_len; ++i, ++l) {
+        const int64_t base = b * p.out.batch_stride + h * p.out.head_stride + i * p.out.row_stride;
+        for (int64_t c = 0; c < dv; ++c, ++r) {
+          const double got = ElementAt(p.out, base + c), want = ref.out[r];
+          const double limit = bound.b32 + std::ldexp(bound.abs_v.out[r], -8);
+          const bool ok = std::isnan(want) ? std::isnan(got) : std::fabs(got - want) <= limit;
+          if (!ok) {
+            return "out b" + std::to_string(b) + " h" + std::to_string(h) + " row " +
+                   std::to_string(i) + " col " + std::to_string(c) + ": " + std::to_string(got) +
+                   " vs reference " + std::to_string(want) + ", bound " + std::to_string(limit);
+          }
+        }
+        if (p.lse.data) {
+          const double got = p.lse.data[b * p.lse.batch_stride + h * p.lse.head_stride +
+                                        i * p.lse.row_stride];
+          const double want = ref.lse[l];
+          const bool ok = std::isinf(want) ? got == want : std::fabs(got - want) <= bound.lse;
+          if (!ok) {
+            return "lse b" + std::to_string(b) + " h" + std::to_string(h) + " row " +
+                   std::to_string(i) + ": " + std::to_string(got) + " vs " + std::to_string(want);
+          }
+        }
+      }
+  return "";
+}
+
 }  // namespace attn::test

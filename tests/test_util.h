@@ -105,4 +105,18 @@ void ExpectVariantsWithinNaiveBound(OwnedProblem& owned, const std::vector<Varia
 // returns its errors against `ref`.
 Errors RunAndCompare(OwnedProblem& owned, const reference::Result& ref, const Options& options);
 
+// The bound of the bf16 dot-product paths (docs/precision.md; derived in
+// tests/bf16dot_test.cc): per output element B32 + 2^-8 · ref(|V|), with
+// B32 the float32 kernels' bound (BoundFromNaive) on the same all-bf16
+// problem and ref(|V|) the float64 reference with |V| in place of V; lse
+// within B32's lse bound.
+struct Bf16DotBound {
+  double b32 = 0, lse = 0;
+  reference::Result abs_v;
+};
+Bf16DotBound MakeBf16DotBound(OwnedProblem& o, const reference::Result& ref);
+// The first element of o's outputs outside the bound, described, or "".
+std::string FirstBf16DotViolation(const OwnedProblem& o, const reference::Result& ref,
+                                  const Bf16DotBound& bound);
+
 }  // namespace attn::test

@@ -3,8 +3,9 @@
 // bf16dot-inl.h: Dot::PairDot). NOT a normal header: bf16dot.cc includes it
 // inside a namespace per layer (emulated:: on every target, hardware:: on
 // AVX3 within the avx512bf16 attribute region), after the headers it uses
-// (bf16dot/pack-inl.h, common/microkernels-inl.h, common/softmax-inl.h,
-// common/widen-inl.h, streaming/narrow-inl.h), with `using Dot = ...` in
+// (bf16dot/pack-inl.h, common/microkernels-inl.h, common/modifiers-inl.h,
+// common/softmax-inl.h, common/widen-inl.h, streaming/narrow-inl.h), with
+// `using Dot = ...` in
 // scope. Including the same text twice is what lets the hardware copy be
 // compiled with avx512bf16 enabled while the emulated copy, which CPUs
 // without the instruction run, is compiled without it.
@@ -19,6 +20,12 @@
 //      in float32; mask, causal mask and online softmax in float32 as the
 //      other kernels; the weights rounded to bf16 pairs along the keys;
 //      Ot += Pp · Vp with float32 accumulators.
+// The score modifiers (attn.h: soft-cap, ALiBi, window, sinks) are the
+// streaming kernel's, on the float32 scores (modifiers-inl.h); a window
+// skips the key tiles outside the block's keys and the panels whose window
+// ends before a tile, but a panel's keys start at the tile's first key (not
+// its own window start) so that the V pairs packed per tile stay aligned:
+// keys before the window are -inf like those past the causal limit.
 // A V tile holding NaN or ±Inf is mixed by the float32 path of the other
 // kernels instead (widened V, float32 weights, microkernels-inl.h
 // NonFiniteV), so those values reach exactly the rows that can see their
@@ -147,10 +154,12 @@ HWY_INLINE void Bf16DotHead(const internal::HeadView& h, const Tiles& tiles,
       ResetStats(scratch.stats(p));
       std::fill(scratch.ot(p, h.dv), scratch.ot(p, h.dv) + h.dv * P, 0.0f);
     }
-    // Keys after the block's last visible key are never read.
-    const int64_t key_end = h.KeyEnd(q0 + rows - 1);
+    // Keys outside [the block's first window start, its last visible key)
+    // are never read.
+    const int64_t key_end = h.VisibleEnd(q0 + rows - 1);
+    const bool modified = h.HasScoreModifiers();
     NonFiniteV bad_v;  // float32 path for a V tile with NaN / Inf
-    for (int64_t j0 = 0; j0 < key_end; j0 += kv_block) {
+    for (int64_t j0 = h.KeyBegin(q0); j0 < key_end; j0 += kv_block) {
       const int64_t tile_keys = std::min(kv_block, key_end - j0);
       const bool bad =
           PackValuePairs(v + j0 * h.v_stride, h.v_stride, tile_keys, h.dv, scratch.vp(), h.dv);
@@ -165,9 +174,11 @@ HWY_INLINE void Bf16DotHead(const internal::HeadView& h, const Tiles& tiles,
         const int64_t panel_rows = std::min(P, h.tq - r0);
         // Keys this panel may see: up to its last row's causal limit.
         const int64_t keys =
-            std::clamp<int64_t>(h.KeyEnd(r0 + panel_rows - 1), j0, j0 + tile_keys) - j0;
-        if (keys <= 0) continue;  // tile wholly above this panel's diagonal
+            std::clamp<int64_t>(h.VisibleEnd(r0 + panel_rows - 1), j0, j0 + tile_keys) - j0;
+        // Tile wholly above this panel's diagonal, or before its window.
+        if (keys <= 0 || h.KeyBegin(r0) >= j0 + keys) continue;
         PairScoreTile(scratch.qp(p, h.d), h.d, k + j0 * h.k_stride, h.k_stride, keys, h.scale, st);
+        if (modified) ModifyPanelTile(h, r0, j0, keys, st);  // soft-cap, ALiBi
         if (h.mask) {
           AddMaskTile(h.mask + r0 * h.mask_row_stride + j0 * h.mask_col_stride, h.mask_row_stride,
                       h.mask_col_stride, panel_rows, keys, st);
@@ -175,6 +186,7 @@ HWY_INLINE void Bf16DotHead(const internal::HeadView& h, const Tiles& tiles,
         if (j0 + keys - 1 > r0 + h.causal_offset) {  // tile crosses the diagonal
           CausalMaskTile(j0, r0 + h.causal_offset, keys, st);
         }
+        if (modified) WindowPanel(h, r0, j0, keys, st);
         float* HWY_RESTRICT ot = scratch.ot(p, h.dv);
         if (bad) {
           OnlineSoftmaxTile<true>(st, keys, scratch.stats(p), ot, h.dv);
@@ -191,7 +203,8 @@ HWY_INLINE void Bf16DotHead(const internal::HeadView& h, const Tiles& tiles,
       const int64_t r0 = q0 + p * P;
       FinishPanel(scratch.ot(p, h.dv), scratch.stats(p), std::min(P, h.tq - r0), h.dv,
                   h.OutRow(r0), h.out_type, h.out_stride,
-                  h.lse ? h.lse + r0 * h.lse_stride : nullptr, h.lse_stride);
+                  h.lse ? h.lse + r0 * h.lse_stride : nullptr, h.lse_stride, h.sink,
+                  h.row_sinks ? h.row_sinks + r0 : nullptr);
     }
   }
 }
