@@ -110,6 +110,10 @@ std::vector<Shape> Bf16Shapes() {
       Bf16Shape(1, 1, 33, 33, 128, 128, Causal::kTopLeft, true, Layout::kBHTD, 0, kBF16),
       Bf16Shape(2, 1, 65, 200, 128, 128, Causal::kNone, false, Layout::kBTHD, 3, kBF16),
       Bf16Shape(4, 1, 3, 200, 128, 128, Causal::kBottomRight),  // narrow (decode) views
+      // GQA decode (one view per kv head, 4 rows), ragged d and dv, an odd
+      // key count; and narrow views with a mask's hidden keys.
+      Bf16Shape(8, 2, 1, 301, 50, 40, Causal::kBottomRight),
+      Bf16Shape(2, 2, 2, 97, 64, 64, Causal::kNone, true),
       Bf16Shape(1, 1, 100, 1, 1, 1, Causal::kNone),             // d = 1, one key
   };
 }

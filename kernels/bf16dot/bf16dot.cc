@@ -1,5 +1,6 @@
 // The bf16 dot-product kernels' entry points: the streaming kernel and the
-// parallel kernel's per-view function over bf16 pairs (head-body.h), each
+// parallel kernel's per-view function over bf16 pairs (head-body.h, and
+// narrow-body.h for views of few rows), each
 // in two copies, over the emulated instruction layer on every Highway
 // target and over AVX512-BF16's vdpbf16ps on AVX3 (kernels/common/
 // bf16dot-inl.h). Which copy runs is decided once per call by dispatch
@@ -30,6 +31,7 @@ namespace HWY_NAMESPACE {
 
 namespace emulated {
 using Dot = EmulatedBf16Dot;
+#include "kernels/bf16dot/narrow-body.h"  // NOLINT: included per layer
 #include "kernels/bf16dot/head-body.h"  // NOLINT: included per layer
 }  // namespace emulated
 
@@ -58,6 +60,7 @@ namespace attn {
 namespace HWY_NAMESPACE {
 namespace hardware {
 using Dot = Avx512Bf16Dot;
+#include "kernels/bf16dot/narrow-body.h"  // NOLINT: included per layer
 #include "kernels/bf16dot/head-body.h"  // NOLINT: included per layer
 }  // namespace hardware
 

@@ -29,8 +29,9 @@
 // A V tile holding NaN or ±Inf is mixed by the float32 path of the other
 // kernels instead (widened V, float32 weights, microkernels-inl.h
 // NonFiniteV), so those values reach exactly the rows that can see their
-// key, as everywhere else. Views of at most NarrowMaxRows() rows (decode)
-// take the widened narrow path (narrow-inl.h).
+// key, as everywhere else. Views of 2 to NarrowMaxRows() rows (a GQA decode
+// group) take the narrow formulation on the same pairs (narrow-body.h),
+// views of one row the widened narrow path (narrow-inl.h).
 //
 // Memory traffic: the streaming kernel's, at 2 bytes an element: K and V
 // read once per query block, Q once, O written once; extra memory
@@ -134,7 +135,12 @@ HWY_INLINE void PairMixTile(const uint32_t* HWY_RESTRICT pp, int64_t key_pairs,
 
 HWY_INLINE void Bf16DotHead(const internal::HeadView& h, const Tiles& tiles,
                             Bf16DotScratch& scratch) {
-  if (h.tq <= NarrowMaxRows()) return NarrowHead(h, tiles, scratch.narrow());
+  // Views of few rows: the pair formulation for a GQA group (narrow-body.h;
+  // it measured slower than widening for a single row, see there).
+  if (h.tq <= NarrowMaxRows()) {
+    if (h.tq == 1) return NarrowHead(h, tiles, scratch.narrow());
+    return PairNarrowHead(h, tiles, scratch);
+  }
   const int64_t P = int64_t(PanelWidth());
   const int64_t q_block = std::max<int64_t>(P, (tiles.q_block + P - 1) / P * P);
   const int64_t kv_block = std::max<int64_t>(1, tiles.kv_block);

@@ -76,6 +76,19 @@ class Bf16DotScratch {
   void ReserveWidened(int64_t kv_block, int64_t dv) {
     internal::GrowScratch(vw_, vw_size_, size_t(kv_block * dv));
   }
+  // The narrow (decode) path's bf16 pairs (narrow-body.h): each row's Q,
+  // padded with zeros to whole vectors, and its rounded weights of a tile.
+  void ReserveNarrow(int64_t rows, int64_t d, int64_t kv_block) {
+    const int64_t N = int64_t(hn::Lanes(DPairU()));
+    narrow_q_stride_ = ((d + 1) / 2 + N - 1) / N * N;
+    narrow_p_stride_ = ((kv_block + 1) / 2 + N - 1) / N * N;
+    internal::GrowScratch(nq_, nq_size_, size_t(rows * narrow_q_stride_));
+    internal::GrowScratch(np_, np_size_, size_t(rows * narrow_p_stride_));
+  }
+  uint32_t* narrow_q(int64_t row) const { return nq_.get() + row * narrow_q_stride_; }
+  int64_t narrow_q_stride() const { return narrow_q_stride_; }
+  uint32_t* narrow_p(int64_t row) const { return np_.get() + row * narrow_p_stride_; }
+  int64_t narrow_p_stride() const { return narrow_p_stride_; }
   uint32_t* qp(int64_t panel, int64_t d) const {
     return qp_.get() + panel * ((d + 1) / 2) * PanelWidth();
   }
@@ -91,8 +104,10 @@ class Bf16DotScratch {
   }
 
  private:
-  NarrowScratch narrow_;  // views of few rows take the widened narrow path
-  hwy::AlignedFreeUniquePtr<uint32_t[]> qp_, pp_, vp_;
+  NarrowScratch narrow_;  // views of few rows (narrow-body.h)
+  hwy::AlignedFreeUniquePtr<uint32_t[]> qp_, pp_, vp_, nq_, np_;
+  size_t nq_size_ = 0, np_size_ = 0;
+  int64_t narrow_q_stride_ = 0, narrow_p_stride_ = 0;
   hwy::AlignedFreeUniquePtr<float[]> ot_, st_, stats_, vw_;
   size_t qp_size_ = 0, pp_size_ = 0, vp_size_ = 0, ot_size_ = 0, st_size_ = 0, stats_size_ = 0,
          vw_size_ = 0;
