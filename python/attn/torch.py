@@ -165,7 +165,8 @@ def _window(window):
 
 
 def _per_head(name, t, heads):
-    """sinks=: a float tensor of the (Hq,) query heads, as float32."""
+    """One value per query head (sinks=, a 1-d alibi_slopes=): a float
+    tensor of shape (heads,), as contiguous float32."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{_NAME}: {name} must be a torch.Tensor or None, got {type(t).__name__}")
     if not t.is_floating_point():
