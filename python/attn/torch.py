@@ -17,6 +17,18 @@ The kernels read q, k, v in place through their strides (a transpose of a
 other layouts are copied once. A bool mask, or a 16-bit float one, becomes a
 float32 additive mask of the mask's own shape (broadcast dims stay 0-strided).
 
+Score modifiers, as keyword arguments beyond PyTorch's signature, computed
+in the kernels (no mask is built for them; docs/modifiers.md):
+``window=(left, right)`` (FlashAttention's ``window_size``: key j is visible
+to query i only if diag(i) - left <= j <= diag(i) + right, -1 unbounded;
+diag(i) = i with ``is_causal``, top-left as PyTorch's, else i + S - L,
+FlashAttention's bottom-right), ``softcap=`` (the scaled score s becomes
+softcap * tanh(s / softcap), before the mask), ``sinks=`` (one logit per
+query head, a virtual key of value 0 that joins each row's softmax: gpt-oss,
+transformers' ``s_aux``) and ``alibi_slopes=`` ((H,) or (..., H) for the
+batch dims: bias -slope * |diag(i) - j|). They combine with each other and
+with attn_mask, is_causal and GQA.
+
 What it does not do, each a clear error: dropout (``dropout_p`` must be 0),
 autograd (inputs that require grad while grad mode is on: use
 ``torch.no_grad()`` / ``torch.inference_mode()``), float64 and other dtypes,
@@ -53,11 +65,16 @@ def _rows_contiguous(t: torch.Tensor) -> torch.Tensor:
 
 @torch.library.custom_op("attn::sdpa", mutates_args=(), device_types="cpu")
 def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor],
-          is_causal: bool, scale: Optional[float]) -> torch.Tensor:
+          is_causal: bool, scale: Optional[float], window_left: int = -1, window_right: int = -1,
+          softcap: float = 0.0, sinks: Optional[torch.Tensor] = None,
+          alibi_slopes: Optional[torch.Tensor] = None) -> torch.Tensor:
     """attn's attention on 4-D tensors: q (B, Hq, L, E), k (B, Hkv, S, E),
     v (B, Hkv, S, Ev) with Hkv dividing Hq, one dtype; mask None or float32
-    of shape (B, Hq, L, S) (any strides, 0 to broadcast). Returns a new
-    (B, Hq, L, Ev) tensor of q's dtype."""
+    of shape (B, Hq, L, S) (any strides, 0 to broadcast). The score
+    modifiers as attn.attention takes them: the window's sides (-1
+    unbounded), softcap (0 none), sinks None or float32 (Hq,), alibi_slopes
+    None or float32 (Hq,) or (B, Hq). Returns a new (B, Hq, L, Ev) tensor of
+    q's dtype."""
     b, hq, length, e = q.shape
     s, ev = k.size(2), v.size(3)
     out = torch.empty((b, hq, length, ev), dtype=q.dtype, device=q.device)
@@ -74,13 +91,18 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torc
     q, k, v = (_rows_contiguous(t.detach()) for t in (q, k, v))
     if mask is not None:
         mask = mask.detach()
+    window = None if window_left == -1 and window_right == -1 else (window_left, window_right)
     _attn.attention(q, k, v, causal="top_left" if is_causal else False, scale=scale,
-                    mask=mask, out=out, threads=torch.get_num_threads())
+                    mask=mask, out=out, threads=torch.get_num_threads(), window=window,
+                    softcap=softcap,
+                    sinks=None if sinks is None else sinks.detach(),
+                    alibi_slopes=None if alibi_slopes is None else alibi_slopes.detach())
     return out
 
 
 @_sdpa.register_fake
-def _sdpa_fake(q, k, v, mask, is_causal, scale):
+def _sdpa_fake(q, k, v, mask, is_causal, scale, window_left=-1, window_right=-1, softcap=0.0,
+               sinks=None, alibi_slopes=None):
     return q.new_empty((q.size(0), q.size(1), q.size(2), v.size(3)))
 
 
@@ -124,8 +146,40 @@ def _additive_mask(attn_mask: torch.Tensor, q_dtype: torch.dtype) -> torch.Tenso
                     f"got {attn_mask.dtype}")
 
 
+def _window(window):
+    """(left, right) ints >= -1 from window=, or (-1, -1) for None."""
+    if window is None:
+        return -1, -1
+    try:
+        left, right = window
+    except (TypeError, ValueError):
+        raise TypeError(f"{_NAME}: window must be None or a pair (left, right) of ints, -1 for an "
+                        f"unbounded side (FlashAttention's window_size), got {window!r}") from None
+    for name, side in (("left", left), ("right", right)):
+        if isinstance(side, bool) or not isinstance(side, int):
+            raise TypeError(f"{_NAME}: window {name} must be an int (-1: unbounded), got "
+                            f"{type(side).__name__} {side!r}")
+        if side < -1:
+            raise ValueError(f"{_NAME}: window {name} must be >= 0, or -1 for unbounded, got {side}")
+    return left, right
+
+
+def _per_head(name, t, heads):
+    """One value per query head (sinks=, a 1-d alibi_slopes=): a float
+    tensor of shape (heads,), as contiguous float32."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{_NAME}: {name} must be a torch.Tensor or None, got {type(t).__name__}")
+    if not t.is_floating_point():
+        raise TypeError(f"{_NAME}: {name} must be a float tensor, got {t.dtype}")
+    if tuple(t.shape) != (heads,):
+        raise ValueError(f"{_NAME}: {name} must have shape ({heads},), one value per query head, "
+                         f"got shape {_shape(t)}")
+    return t.to(torch.float32).contiguous()
+
+
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
-                                 is_causal=False, scale=None, enable_gqa=False):
+                                 is_causal=False, scale=None, enable_gqa=False, *, window=None,
+                                 softcap=None, sinks=None, alibi_slopes=None):
     """torch.nn.functional.scaled_dot_product_attention, computed by attn.
 
     query (..., L, E), key (..., S, E), value (..., S, Ev) -> (..., L, Ev),
@@ -134,6 +188,16 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     float (added to the scores; float32 or the query's dtype), broadcastable
     to (..., L, S); not together with is_causal. is_causal: query i sees keys
     j <= i. scale: default 1/sqrt(E). dropout_p must be 0.
+
+    Score modifiers (keyword only; attn.h "Score modifiers", FlashAttention's
+    conventions), with diag(i) = i under is_causal, else i + S - L:
+    window: (left, right), key j visible only if diag(i) - left <= j <=
+    diag(i) + right, -1 unbounded. softcap: scores s (after scale) become
+    softcap * tanh(s / softcap), before attn_mask; None or 0: none.
+    sinks: float tensor (H,), H the query heads (dim -3 of the output): one
+    logit per head joining each row's softmax with value 0 (gpt-oss).
+    alibi_slopes: float tensor (H,) or (..., H) broadcastable to the output's
+    batch dims and H: -slope * |diag(i) - j| added to the (capped) score.
     """
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, torch.Tensor):
@@ -151,11 +215,27 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     tensors = [("query", query), ("key", key), ("value", value)]
     if attn_mask is not None:
         tensors.append(("attn_mask", attn_mask))
-    for name, t in tensors:
+    modifier_tensors = []
+    for name, t in (("sinks", sinks), ("alibi_slopes", alibi_slopes)):
+        if t is not None:
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{_NAME}: {name} must be a torch.Tensor or None, got "
+                                f"{type(t).__name__}")
+            modifier_tensors.append((name, t))
+    window_left, window_right = _window(window)
+    if softcap is None:
+        softcap = 0.0
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
+        raise TypeError(f"{_NAME}: softcap must be None or a float, got {type(softcap).__name__}")
+    softcap = float(softcap)
+    if not (math.isfinite(softcap) and softcap >= 0):
+        raise ValueError(f"{_NAME}: softcap must be finite and > 0 (or None / 0 for none), "
+                         f"got {softcap}")
+    for name, t in tensors + modifier_tensors:
         if t.device.type != "cpu":
             raise TypeError(f"{_NAME}: {name} must be a CPU tensor, got device {t.device}")
     if torch.is_grad_enabled():
-        needs = [name for name, t in tensors if t.requires_grad]
+        needs = [name for name, t in tensors + modifier_tensors if t.requires_grad]
         if needs:
             raise NotImplementedError(
                 f"{_NAME}: no autograd: {', '.join(needs)} require(s) grad; call it under "
@@ -220,7 +300,26 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         mask4 = _flatten_batch(_additive_mask(attn_mask, query.dtype).expand(lead + (length, s)),
                                batch)
 
+    sinks1 = None if sinks is None else _per_head("sinks", sinks, heads)
+    alibi = None
+    if alibi_slopes is not None:
+        if not alibi_slopes.is_floating_point():
+            raise TypeError(f"{_NAME}: alibi_slopes must be a float tensor, got {alibi_slopes.dtype}")
+        if alibi_slopes.dim() <= 1:
+            alibi = _per_head("alibi_slopes", alibi_slopes, heads)
+        else:
+            try:
+                ok = tuple(torch.broadcast_shapes(alibi_slopes.shape, lead)) == lead
+            except RuntimeError:
+                ok = False
+            if not ok:
+                raise ValueError(f"{_NAME}: alibi_slopes must have shape ({heads},) or broadcast to "
+                                 f"{lead} (the batch dims and the {heads} query heads), got shape "
+                                 f"{_shape(alibi_slopes)}")
+            alibi = alibi_slopes.to(torch.float32).expand(lead).reshape(-1, heads).contiguous()
+
     if scale is not None:
         scale = float(scale)
-    out = _sdpa(q4, k4, v4, mask4, bool(is_causal), scale)
+    out = _sdpa(q4, k4, v4, mask4, bool(is_causal), scale, window_left, window_right, softcap,
+                sinks1, alibi)
     return out.reshape(out_lead + (length, ev))

@@ -470,3 +470,279 @@ def test_wrong_types_name_the_argument(gen):
         sdpa(q, k, v, attn_mask=torch.zeros(5, 7, dtype=torch.int32))
     with pytest.raises(TypeError, match=r"key must be a torch.Tensor, got ndarray"):
         sdpa(q, k.numpy(), v)
+
+
+# ---- score modifiers: window=, softcap=, sinks=, alibi_slopes= ------------
+
+def modified_reference(q, k, v, dtype=torch.float64, attn_mask=None, is_causal=False, scale=None,
+                       enable_gqa=False, window=None, softcap=None, sinks=None, alibi_slopes=None):
+    """The modifiers written out from their definitions (attn.h "Score
+    modifiers", FlashAttention's conventions) in `dtype`, independently of
+    attn: explicit scores, cap * tanh(s / cap), the ALiBi distance, the
+    window and causal limits as index comparisons, and the sink as one more
+    logit column whose value row is 0. In float64 it is the exact answer; in
+    float32 it is what a plain float32 implementation gets (the yardstick,
+    as PyTorch's own float32 result is in check())."""
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    length, s_len, e = q.size(-2), k.size(-2), q.size(-1)
+    if enable_gqa:
+        k = k.repeat_interleave(q.size(-3) // k.size(-3), dim=-3)
+        v = v.repeat_interleave(q.size(-3) // v.size(-3), dim=-3)
+    scale = 1 / math.sqrt(e) if scale is None else scale
+    s = (q @ k.transpose(-1, -2)) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    i = torch.arange(length)[:, None]
+    j = torch.arange(s_len)[None, :]
+    diag = i if is_causal else i + (s_len - length)  # top-left with is_causal, else bottom-right
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.to(dtype)[..., None, None]  # (..., H, 1, 1)
+        s = s - slopes * (diag - j).abs().to(dtype)
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == torch.bool else s + attn_mask.to(dtype)
+    visible = torch.ones(length, s_len, dtype=torch.bool)
+    if is_causal:
+        visible &= j <= diag
+    if window is not None:
+        left, right = window
+        if left >= 0:
+            visible &= j >= diag - left
+        if right >= 0:
+            visible &= j <= diag + right
+    s = s.masked_fill(~visible, -math.inf)
+    sink = torch.full(s.shape[:-1] + (1,), -math.inf, dtype=dtype)  # no sink: exp(-inf) = 0
+    if sinks is not None:
+        sink = sinks.to(dtype)[:, None, None].expand(sink.shape)  # (H,) over (..., H, L, 1)
+    logits = torch.cat([s, sink], dim=-1)
+    top = logits.amax(dim=-1, keepdim=True)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    p = torch.exp(logits - top)
+    total = p.sum(dim=-1, keepdim=True)
+    weights = p[..., :-1] / torch.where(total > 0, total, torch.ones_like(total))
+    return weights @ v  # a row that sees nothing (no sink either) is 0
+
+
+def check_modified(q, k, v, **kw):
+    """attn with modifiers against modified_reference in float64, with the
+    bounds of check(): float32 within 4x the plain float32 implementation's
+    own error (plus two ulps of max|v|), 16-bit within one rounding of the
+    exact value plus float32 accumulation."""
+    got = sdpa(q, k, v, **kw)
+    exact = modified_reference(q, k, v, **kw)
+    assert got.shape == exact.shape and got.dtype == q.dtype
+    assert torch.isfinite(got).all()
+    err = (got.double() - exact).abs()
+    scale_v = max(v.double().abs().max().item(), 1.0)
+    if q.dtype == torch.float32:
+        # As check(): the same float32 roundings in other orders, plus the
+        # soft-cap's tanh (Highway's, 4 ulp, against PyTorch's ~1 ulp: a
+        # score error of 3 * 2^-24 * cap, below the score's own rounding).
+        # At most 1.9x the plain error seen on these tests.
+        plain_err = (modified_reference(q, k, v, dtype=torch.float32, **kw).double() - exact)
+        plain_err = plain_err.abs().max().item()
+        bound = 4 * plain_err + 2.0**-22 * scale_v
+        assert err.max().item() <= bound, (
+            f"attn's float32 error {err.max().item():.3g} > {bound:.3g} "
+            f"(a plain float32 implementation's error {plain_err:.3g})")
+    else:
+        # As check(): one rounding to the output type (u * |exact|) plus the
+        # float32 result's own error, bounded by 1e-5 * max|v|.
+        u = UNIT_ROUNDOFF[q.dtype]
+        bound = u * exact.abs() + 1e-5 * scale_v
+        if (q.dtype == k.dtype == v.dtype == torch.bfloat16
+                and attn.current_dot_path() != "widen"):
+            # A bf16 dot-product path, if it took the problem (docs/
+            # modifiers.md: today they decline modified problems), rounds
+            # the weights to bf16 too: as check().
+            bound = bound + 2.0**-8 * modified_reference(q, k, v.abs(), **kw).abs()
+        worst = torch.argmax(err - bound)
+        assert (err <= bound).all(), (
+            f"{q.dtype} error {err.flatten()[worst].item():.3g} > bound "
+            f"{bound.flatten()[worst].item():.3g}")
+    return got
+
+
+MODIFIERS = {
+    "window_left": dict(window=(5, -1)),
+    "window_both": dict(window=(3, 2)),
+    "window_right": dict(window=(-1, 1)),
+    "softcap": dict(softcap=1.5),
+    "sinks": dict(sinks=torch.tensor([0.5, -1.0, 2.0, -math.inf])),
+    "alibi": dict(alibi_slopes=torch.tensor([0.5, 0.25, 0.125, 0.0625])),
+    "alibi_per_batch": dict(alibi_slopes=torch.tensor([[0.5, 0.25, 0.125, 0.0625],
+                                                       [0.1, 0.2, 0.3, 0.4]])),
+    "all": dict(window=(6, 2), softcap=2.0, sinks=torch.tensor([0.5, -1.0, 2.0, 0.0]),
+                alibi_slopes=torch.tensor([0.5, 0.25, 0.125, 0.0625])),
+}
+
+# (q shape, k shape): 4 query heads (the modifiers' arrays above), 2 batches;
+# ragged both ways, decode, GQA (2 kv heads) and a d of 80.
+MODIFIER_SHAPES = {
+    "ragged": ((2, 4, 23, 32), (2, 4, 37, 32)),
+    "more_queries": ((2, 4, 40, 16), (2, 4, 29, 16)),
+    "decode": ((2, 4, 1, 64), (2, 4, 50, 64)),
+    "gqa_d80": ((2, 4, 19, 80), (2, 2, 19, 80)),
+}
+
+
+@pytest.mark.parametrize("name", MODIFIERS)
+@pytest.mark.parametrize("shape", MODIFIER_SHAPES)
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_modifiers_match_float64(gen, name, shape, is_causal):
+    qs, ks = MODIFIER_SHAPES[shape]
+    q, k, v = randn(gen, *qs), randn(gen, *ks), randn(gen, *ks)
+    check_modified(q, k, v, is_causal=is_causal, enable_gqa=qs[1] != ks[1], **MODIFIERS[name])
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["window_both", "softcap", "sinks", "all"])
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_modifiers_16bit(gen, dtype, name, is_causal):
+    q = randn(gen, 2, 4, 23, 32, dtype=dtype)
+    k, v = randn(gen, 2, 2, 37, 32, dtype=dtype), randn(gen, 2, 2, 37, 32, dtype=dtype)
+    got = check_modified(q, k, v, is_causal=is_causal, enable_gqa=True, **MODIFIERS[name])
+    assert got.dtype == dtype
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_modifiers_with_a_mask_and_a_strided_query(gen, kind):
+    # The modifiers and attn_mask add up (the mask after the cap and the
+    # bias); a [B, T, H, d] query seen as [B, H, T, d].
+    q = randn(gen, 2, 21, 4, 32).transpose(1, 2)
+    k, v = randn(gen, 2, 4, 30, 32), randn(gen, 2, 4, 30, 32)
+    mask = make_mask(gen, (2, 1, 21, 30), kind)
+    mask[..., -1] = True if kind == "bool" else 0.0  # the bottom-right diagonal stays visible
+    check_modified(q, k, v, attn_mask=mask, **MODIFIERS["all"])
+
+
+def test_modifiers_with_rank3_and_rank5_inputs(gen):
+    # Rank 3: (H, L, E), no batch. Rank 5: two batch dims, flattened for the
+    # kernels; per-batch slopes (..., H) broadcast over the first.
+    q3, k3, v3 = randn(gen, 4, 9, 16), randn(gen, 4, 12, 16), randn(gen, 4, 12, 16)
+    check_modified(q3, k3, v3, is_causal=True, **MODIFIERS["all"])
+    q5, k5, v5 = randn(gen, 2, 3, 4, 7, 8), randn(gen, 2, 3, 4, 11, 8), randn(gen, 2, 3, 4, 11, 8)
+    slopes = torch.rand(1, 3, 4, generator=gen)
+    check_modified(q5, k5, v5, window=(4, 1), alibi_slopes=slopes, sinks=torch.randn(4, generator=gen))
+
+
+def test_modifiers_reach_the_kernels_without_a_mask(gen, monkeypatch):
+    # Passed straight through: no mask is built for a window, and the op
+    # hands attn.attention the modifiers as they are.
+    calls = []
+    real = at._attn.attention
+
+    def recording(*args, **kw):
+        calls.append(kw)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(at._attn, "attention", recording)
+    q, k, v = randn(gen, 1, 4, 6, 8), randn(gen, 1, 4, 9, 8), randn(gen, 1, 4, 9, 8)
+    sinks = torch.randn(4, generator=gen)
+    sdpa(q, k, v, is_causal=True, window=(2, 0), softcap=3.0, sinks=sinks)
+    (kw,) = calls
+    assert kw["mask"] is None and kw["window"] == (2, 0) and kw["softcap"] == 3.0
+    assert kw["causal"] == "top_left" and torch.equal(kw["sinks"], sinks)
+    assert kw["alibi_slopes"] is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_a_row_that_sees_no_key_is_zero_with_a_sink(gen, dtype):
+    # Every key of row 2 hidden by the mask: the sink alone is left in the
+    # softmax, and its value is 0.
+    q, k, v = (randn(gen, 1, 4, 5, 8, dtype=dtype), randn(gen, 1, 4, 6, 8, dtype=dtype),
+               randn(gen, 1, 4, 6, 8, dtype=dtype))
+    keep = torch.ones(5, 6, dtype=torch.bool)
+    keep[2] = False
+    got = check_modified(q, k, v, attn_mask=keep, sinks=torch.tensor([1.0, 0.0, -2.0, 3.0]))
+    assert (got[:, :, 2] == 0).all()
+
+
+@pytest.mark.parametrize("wrong", ["window_left_plus_one", "window_right_minus_one", "no_softcap",
+                                   "no_sinks", "alibi_halved"])
+def test_a_wrong_modifier_fails_the_bound(gen, wrong, monkeypatch):
+    # What a kernel with an off-by-one window edge, or a dropped modifier,
+    # would return: check_modified must tell each from the right answer.
+    q, k, v = randn(gen, 2, 4, 23, 32), randn(gen, 2, 4, 37, 32), randn(gen, 2, 4, 37, 32)
+    kw = dict(MODIFIERS["all"], is_causal=False)
+    check_modified(q, k, v, **kw)
+    bad = dict(kw)
+    if wrong == "window_left_plus_one":
+        bad["window"] = (kw["window"][0] + 1, kw["window"][1])
+    elif wrong == "window_right_minus_one":
+        bad["window"] = (kw["window"][0], kw["window"][1] - 1)
+    elif wrong == "no_softcap":
+        bad["softcap"] = None
+    elif wrong == "no_sinks":
+        bad["sinks"] = None
+    else:
+        bad["alibi_slopes"] = kw["alibi_slopes"] / 2
+    right = at.scaled_dot_product_attention
+    monkeypatch.setattr(sys.modules[__name__], "sdpa", lambda q, k, v, **_: right(q, k, v, **bad))
+    with pytest.raises(AssertionError, match="error"):
+        check_modified(q, k, v, **kw)
+
+
+def test_custom_op_with_modifiers_passes_opcheck(gen):
+    q, k, v = randn(gen, 2, 4, 5, 8), randn(gen, 2, 2, 7, 8), randn(gen, 2, 2, 7, 8)
+    sinks, slopes = torch.randn(4, generator=gen), torch.rand(2, 4, generator=gen)
+    torch.library.opcheck(torch.ops.attn.sdpa.default,
+                          (q, k, v, None, True, None, 3, -1, 2.0, sinks, slopes))
+    torch.library.opcheck(torch.ops.attn.sdpa.default,
+                          (q, k, v, None, False, 0.5, -1, 1, 0.0, None, slopes[0]))
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_torch_compile_fullgraph_with_modifiers(gen, dynamic):
+    # A block whose sinks are a parameter-like graph input, with a window and
+    # a soft-cap: one graph, the same result as the eager op.
+    def block(q, k, v, sinks):
+        out = sdpa(q * 2, k, v, is_causal=True, window=(4, 0), softcap=2.5, sinks=sinks,
+                   enable_gqa=True)
+        return out.sin()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(block, fullgraph=True, dynamic=dynamic, backend="aot_eager")
+    sinks = torch.randn(4, generator=gen)
+    for length in (9, 13):
+        q = randn(gen, 2, 4, length, 16)
+        k, v = randn(gen, 2, 2, length, 16), randn(gen, 2, 2, length, 16)
+        with torch.no_grad():
+            got = compiled(q, k, v, sinks)
+            eager = block(q, k, v, sinks)
+        torch.testing.assert_close(got, eager, atol=0, rtol=0)
+        want = modified_reference(q * 2, k, v, is_causal=True, window=(4, 0), softcap=2.5,
+                                  sinks=sinks, enable_gqa=True).sin()
+        # float32 attention through sin (1-Lipschitz): the bound of check().
+        torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=0)
+
+
+def test_bad_modifiers_name_the_argument(gen):
+    q, k, v = qkv(gen)
+    with pytest.raises(TypeError, match=r"window must be None or a pair \(left, right\) of ints"):
+        sdpa(q, k, v, window=3)
+    with pytest.raises(TypeError, match=r"window right must be an int.*float 1.5"):
+        sdpa(q, k, v, window=(2, 1.5))
+    with pytest.raises(ValueError, match=r"window left must be >= 0, or -1 for unbounded, got -2"):
+        sdpa(q, k, v, window=(-2, 0))
+    with pytest.raises(ValueError, match=r"softcap must be finite and > 0.*got nan"):
+        sdpa(q, k, v, softcap=float("nan"))
+    with pytest.raises(ValueError, match=r"softcap must be finite and > 0.*got -1.0"):
+        sdpa(q, k, v, softcap=-1.0)
+    with pytest.raises(TypeError, match=r"softcap must be None or a float, got str"):
+        sdpa(q, k, v, softcap="1")
+    with pytest.raises(ValueError, match=r"sinks must have shape \(4,\), one value per query head, "
+                                         r"got shape \(3,\)"):
+        sdpa(q, k, v, sinks=torch.zeros(3))
+    with pytest.raises(TypeError, match=r"sinks must be a torch.Tensor or None, got list"):
+        sdpa(q, k, v, sinks=[0.0] * 4)
+    with pytest.raises(TypeError, match=r"sinks must be a float tensor, got torch.int64"):
+        sdpa(q, k, v, sinks=torch.zeros(4, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"alibi_slopes must have shape \(4,\) or broadcast to "
+                                         r"\(2, 4\).*got shape \(3, 4\)"):
+        sdpa(q, k, v, alibi_slopes=torch.zeros(3, 4))
+    with pytest.raises(ValueError, match=r"alibi_slopes must have shape \(4,\)"):
+        sdpa(q, k, v, alibi_slopes=torch.zeros(2))
+    with pytest.raises(NotImplementedError, match=r"no autograd: sinks require\(s\) grad"):
+        sdpa(q, k, v, sinks=torch.zeros(4, requires_grad=True))
+    with torch.no_grad():  # a model's parameter, under no_grad: fine
+        sdpa(q, k, v, sinks=torch.zeros(4, requires_grad=True))
