@@ -28,17 +28,14 @@ namespace {
 std::string DeclinesNothing(const Problem&, DotPath) { return ""; }
 // The score modifiers (attn.h: window, softcap, ALiBi, sinks) are computed
 // by the naive, streaming and parallel kernels (float32 FMA path) and the
-// AVX512-BF16 dot-product rows; the blocked kernel and the AMX rows decline
-// them (the rows after them take such problems).
+// bf16 dot-product rows (AVX512-BF16, AMX); the blocked kernel declines them
+// (the rows after it take such problems).
 std::string DeclinesScoreModifiers(const Problem& p, DotPath) {
   if (!p.HasScoreModifiers()) return "";
   return "the sliding window, soft-cap, ALiBi and sink modifiers are computed by the naive, "
          "streaming and parallel kernels only";
 }
-std::string AmxRowDeclines(const Problem& p, DotPath path) {
-  std::string why = DeclinesScoreModifiers(p, path);
-  return why.empty() ? AmxDeclines(p, path) : why;
-}
+std::string AmxRowDeclines(const Problem& p, DotPath path) { return AmxDeclines(p, path); }
 std::string Avx512Bf16RowDeclines(const Problem& p, DotPath path) {
   return Avx512Bf16Declines(p, path);
 }

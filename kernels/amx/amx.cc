@@ -20,6 +20,7 @@
 #include "kernels/bf16dot/pack-inl.h"
 #include "kernels/common/amx-inl.h"
 #include "kernels/common/microkernels-inl.h"
+#include "kernels/common/modifiers-inl.h"
 #include "kernels/common/softmax-inl.h"
 #include "kernels/common/widen-inl.h"
 #include "kernels/kernel.h"

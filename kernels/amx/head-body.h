@@ -17,7 +17,10 @@
 //   3. per group: S = Q·Kᵀ in 2 x 2 tiles of 16 x 16 (tiles 0-3 accumulate,
 //      4-5 hold two Q row tiles, 6-7 two Kp tiles: four tdpbf16ps per four
 //      loads) stored row-major; then per row, in float32, the scale, the
-//      mask, the causal limit and the online softmax of the narrow path
+//      score modifiers (soft-cap, ALiBi; modifiers-inl.h ModifyRow), the
+//      mask, the causal limit, the window (a group's keys start at the
+//      tile's first key, where the packed K and V tiles start; a window
+//      skips the tiles outside it) and the online softmax of the narrow path
 //      (narrow-inl.h NarrowSoftmaxRow), the weights rounded to bf16 (to
 //      nearest even); then O += P·V in 2 x 2 tiles (tiles 0-3 load O and
 //      accumulate every 32-key step of the tile before storing it back).
@@ -107,12 +110,15 @@ HWY_INLINE void AmxRowWeights(const internal::HeadView& h, AmxScratch& scratch, 
   float* HWY_RESTRICT s = scratch.s(g);
   const VF scale = hn::Set(df, h.scale);
   for (int64_t j = 0; j < keys; j += N) hn::Store(hn::Mul(hn::Load(df, s + j), scale), df, s + j);
+  const bool modified = h.HasScoreModifiers();
+  if (modified) ModifyRow(h, row, j0, keys, s);  // soft-cap, ALiBi
   if (h.mask) {
     const float* HWY_RESTRICT m = h.mask + row * h.mask_row_stride + j0 * h.mask_col_stride;
     for (int64_t j = 0; j < keys; ++j) s[j] += m[j * h.mask_col_stride];
   }
   const int64_t visible = std::clamp<int64_t>(h.KeyEnd(row) - j0, 0, keys);
   std::fill(s + visible, s + keys, -std::numeric_limits<float>::infinity());
+  if (modified) WindowRow(h, row, j0, keys, s);
   // Pads s with -inf to whole vectors: those weights come out -0.
   NarrowSoftmaxRow(s, keys, stats, o, h.dv);
   uint16_t* HWY_RESTRICT p = scratch.p(g);
@@ -157,9 +163,10 @@ HWY_INLINE void AmxHead(const internal::HeadView& h, const Tiles& tiles, AmxScra
                    scratch.d_pad(), scratch.q(0));
     for (int64_t r = 0; r < groups * kAmxGroupRows; ++r) stats[r] = NarrowRowStats();
     std::fill(scratch.o(0), scratch.o(groups * kAmxGroupRows), 0.0f);
-    // Keys after the block's last visible key are never read.
-    const int64_t key_end = h.KeyEnd(q0 + rows - 1);
-    for (int64_t j0 = 0; j0 < key_end; j0 += kv_block) {
+    // Keys outside [the block's first window start, its last visible key)
+    // are never read.
+    const int64_t key_end = h.VisibleEnd(q0 + rows - 1);
+    for (int64_t j0 = h.KeyBegin(q0); j0 < key_end; j0 += kv_block) {
       const int64_t tile_keys = std::min(kv_block, key_end - j0);
       const int64_t tile_pad = AmxRoundUp(tile_keys);
       PackAmxKeys(k + j0 * h.k_stride, h.k_stride, tile_keys, tile_pad, h.d, scratch.d_pad(),
@@ -170,9 +177,12 @@ HWY_INLINE void AmxHead(const internal::HeadView& h, const Tiles& tiles, AmxScra
         const int64_t r0 = q0 + g0;
         const int64_t group_rows = std::min(kAmxGroupRows, rows - g0);
         // Keys this group may see: up to its last row's causal limit.
+        // From the tile's first key (the packed K and V tiles start there),
+        // the keys before a row's window being -inf.
         const int64_t keys =
-            std::clamp<int64_t>(h.KeyEnd(r0 + group_rows - 1), j0, j0 + tile_keys) - j0;
-        if (keys <= 0) continue;  // tile wholly above this group's diagonal
+            std::clamp<int64_t>(h.VisibleEnd(r0 + group_rows - 1), j0, j0 + tile_keys) - j0;
+        // Tile wholly above this group's diagonal, or before its window.
+        if (keys <= 0 || h.KeyBegin(r0) >= j0 + keys) continue;
         const int64_t keys_pad = AmxRoundUp(keys);
         AmxScoreGroup(scratch, scratch.q(g0), keys_pad);
         float* HWY_RESTRICT o = scratch.o(g0);
