@@ -26,15 +26,6 @@ void NaiveAttention(const Problem& problem, const RunConfig& config);
 namespace {
 
 std::string DeclinesNothing(const Problem&, DotPath) { return ""; }
-// The score modifiers (attn.h: window, softcap, ALiBi, sinks) are computed
-// by the naive, streaming and parallel kernels (float32 FMA path) and the
-// bf16 dot-product rows (AVX512-BF16, AMX); the blocked kernel declines them
-// (the rows after it take such problems).
-std::string DeclinesScoreModifiers(const Problem& p, DotPath) {
-  if (!p.HasScoreModifiers()) return "";
-  return "the sliding window, soft-cap, ALiBi and sink modifiers are computed by the naive, "
-         "streaming and parallel kernels only";
-}
 std::string AmxRowDeclines(const Problem& p, DotPath path) { return AmxDeclines(p, path); }
 std::string Avx512Bf16RowDeclines(const Problem& p, DotPath path) {
   return Avx512Bf16Declines(p, path);
@@ -118,7 +109,7 @@ const std::vector<KernelImpl>& Table() {
       {Info(KernelId::kBlocked, "blocked",
             "SIMD, whole score rows of one query panel, exact two-pass softmax",
             true, false, false, true, false),
-       ATTN_KERNEL_BLOCKED, &DeclinesScoreModifiers, &BlockedAttention},
+       ATTN_KERNEL_BLOCKED, &DeclinesNothing, &BlockedAttention},
       {Info(KernelId::kNaive, "naive",
             "scalar float32, materialises the T_q x T_k scores: the simple reference",
             false, false, false, false, false),

@@ -326,19 +326,15 @@ TEST(Modifiers, BadValuesAreErrorsNamingTheField) {
   }
 }
 
-// Every kernel variant that takes modified problems (streaming and
-// parallel: panel and narrow paths, split-KV, 1 and 2 threads) on every
-// target, against the reference with the naive kernel's bound
+// Every kernel variant (blocked, streaming and parallel: panel and narrow
+// paths, split-KV, ragged tiles, 1 and 2 threads) on every target, against the reference with the naive kernel's bound
 // (test_util.h BoundFromNaive), for each modifier and all together.
 TEST(Modifiers, EveryKernelAndTargetIsWithinTheNaiveBound) {
   // The float32 kernels: an all-bf16 shape would otherwise take the
   // default dot path (avx512bf16 where it runs, P rounded to bf16), which
   // TheBf16DotProductKernelsComputeThemWithinTheirBound holds to its bound.
   ForceDotPath("widen");
-  std::vector<Variant> variants;
-  for (const Variant& v : KernelVariants()) {
-    if (v.options.kernel != KernelId::kBlocked) variants.push_back(v);
-  }
+  const std::vector<Variant> variants = KernelVariants();
   for (const Shape& s : ModifierShapes()) {
     for (const Modifiers& m : AllModifiers()) {
       SCOPED_TRACE(s.Name() + " " + m.name);
@@ -349,16 +345,15 @@ TEST(Modifiers, EveryKernelAndTargetIsWithinTheNaiveBound) {
   ForceDotPath("auto");
 }
 
-// The blocked kernel declines modified problems with the reason; the
-// generic streaming and parallel rows take them (auto too), the bf16
-// dot-product rows, and the naive kernel.
-TEST(Modifiers, RowsThatDoNotComputeThemDecline) {
+// Every kernel of the table takes modified problems, and so do the bf16
+// dot-product rows (not silently the widened ones); auto computes them.
+TEST(Modifiers, EveryRowTakesThem) {
   Modifiers m;
   m.softcap = 1.0f;
   Modified x = Make(ModifierShapes()[0], m);
-  std::string why;
-  EXPECT_FALSE(KernelSupports(KernelId::kBlocked, x.owned.problem, &why));
-  EXPECT_NE(why.find("streaming and parallel kernels only"), std::string::npos) << why;
+  for (const KernelInfo& k : Kernels()) {
+    EXPECT_TRUE(KernelSupports(k.id, x.owned.problem)) << k.name;
+  }
   EXPECT_TRUE(KernelSupports(KernelId::kStreaming, x.owned.problem));
   EXPECT_TRUE(KernelSupports(KernelId::kParallel, x.owned.problem));
   Modified bf = Make(ModifierShapes()[2], m);  // all-bf16

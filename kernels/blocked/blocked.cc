@@ -11,7 +11,10 @@
 // independent of T_k; the streaming kernel is the one for long contexts.
 // bf16 / f16 K and V tiles are widened per panel, one at a time, into
 // kv_block·max(d, dv) floats (widen-inl.h); Q is widened when packed, O
-// rounded when written.
+// rounded when written. The score modifiers (attn.h) are the streaming
+// kernel's (modifiers-inl.h) on each score tile; a window starts a panel's
+// scores at the tile holding its first row's window start, so a windowed
+// call costs O(T·(W + kv_block)), and the sink joins at the finish.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/blocked/blocked.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -22,6 +25,7 @@
 #include "hwy/highway.h"
 #include "kernels/kernel.h"
 #include "kernels/common/microkernels-inl.h"
+#include "kernels/common/modifiers-inl.h"
 #include "kernels/common/softmax-inl.h"
 #include "kernels/common/widen-inl.h"
 
@@ -38,7 +42,8 @@ void BlockedHead(const internal::HeadView& h, const Tiles& tiles, float* HWY_RES
   // NaN / Inf in V (microkernels-inl.h, NonFiniteV): each key tile the head
   // reads is checked once here, not once per panel, then v_bad[tile] says
   // which tiles take the slow path.
-  const int64_t head_keys = h.KeyEnd(h.tq - 1);
+  const int64_t head_keys = h.VisibleEnd(h.tq - 1);
+  const bool modified = h.HasScoreModifiers();
   bool any_bad = false;
   for (int64_t j0 = 0; j0 < head_keys; j0 += kv_block) {
     const int64_t tile_keys = std::min(kv_block, head_keys - j0);
@@ -52,12 +57,15 @@ void BlockedHead(const internal::HeadView& h, const Tiles& tiles, float* HWY_RES
     PackQueryPanel(h.QRow(r0), h.q_type, h.q_stride, rows, h.d, h.scale, qt);
     ResetStats(s);
     std::fill(ot, ot + h.dv * P, 0.0f);
-    const int64_t keys = h.KeyEnd(r0 + rows - 1);
-    for (int64_t j0 = 0; j0 < keys; j0 += kv_block) {
+    const int64_t keys = h.VisibleEnd(r0 + rows - 1);
+    // The first tile any row of the panel sees (0 without a window).
+    const int64_t first = std::min(h.KeyBegin(r0), keys) / kv_block * kv_block;
+    for (int64_t j0 = first; j0 < keys; j0 += kv_block) {
       const int64_t tile_keys = std::min(kv_block, keys - j0);
       float* tile = st + j0 * P;
       const FloatRows k = WidenRows(h.KRow(j0), h.k_type, h.k_stride, tile_keys, h.d, widened);
       ScoreTile(qt, h.d, k.data, k.stride, tile_keys, tile);
+      if (modified) ModifyPanelTile(h, r0, j0, tile_keys, tile);  // soft-cap, ALiBi
       if (h.mask) {
         AddMaskTile(h.mask + r0 * h.mask_row_stride + j0 * h.mask_col_stride, h.mask_row_stride,
                     h.mask_col_stride, rows, tile_keys, tile);
@@ -65,13 +73,14 @@ void BlockedHead(const internal::HeadView& h, const Tiles& tiles, float* HWY_RES
       if (j0 + tile_keys - 1 > r0 + h.causal_offset) {
         CausalMaskTile(j0, r0 + h.causal_offset, tile_keys, tile);
       }
+      if (modified) WindowPanel(h, r0, j0, tile_keys, tile);
     }
     if (any_bad) {
-      FullSoftmax<true>(st, keys, s);
+      FullSoftmax<true>(st + first * P, keys - first, s);
     } else {
-      FullSoftmax(st, keys, s);
+      FullSoftmax(st + first * P, keys - first, s);
     }
-    for (int64_t j0 = 0; j0 < keys; j0 += kv_block) {
+    for (int64_t j0 = first; j0 < keys; j0 += kv_block) {
       const int64_t tile_keys = std::min(kv_block, keys - j0);
       const bool bad = any_bad && v_bad[j0 / kv_block];
       const FloatRows v = WidenRows(h.VRow(j0), h.v_type, h.v_stride, tile_keys, h.dv, widened);
@@ -81,7 +90,8 @@ void BlockedHead(const internal::HeadView& h, const Tiles& tiles, float* HWY_RES
       if (bad) bad_v.AddTo(st + j0 * P, tile_keys, ot);
     }
     FinishPanel(ot, s, rows, h.dv, h.OutRow(r0), h.out_type, h.out_stride,
-                h.lse ? h.lse + r0 * h.lse_stride : nullptr, h.lse_stride);
+                h.lse ? h.lse + r0 * h.lse_stride : nullptr, h.lse_stride, h.sink,
+                h.row_sinks ? h.row_sinks + r0 : nullptr);
   }
 }
 
