@@ -43,6 +43,12 @@ bool Runnable(DotPath path, std::string* why) {
         if (why) *why = AmxUnavailable();
         return false;
       }
+      // Its decode views run vdpbf16ps (kernels/amx/amx.cc); every CPU with
+      // AMX-BF16 so far has AVX512-BF16.
+      if (!CpuHasAvx512Bf16()) {
+        if (why) *why = "this CPU has AMX but no AVX512-BF16, which the AMX path's decode uses";
+        return false;
+      }
       if (CurrentTarget() != "AVX3") {
         if (why) *why = "the AMX path runs on the AVX3 target, the current one is " +
                         CurrentTarget();

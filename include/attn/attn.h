@@ -356,10 +356,10 @@ void ForceTarget(const std::string& name);
 //                          the default where it runs;
 //   "amx-emulated"         the AMX kernels over portable emulated tiles, on
 //                          any target and CPU; for tests, very slow.
-// Decode on avx512bf16: a GQA group's view (2 to 16 query heads of one kv
-// head) multiplies on bf16 pairs too (P rounded to bf16); a view of one
-// query row, and decode views on amx, take the widened narrow path (the
-// faster on the CPUs measured; a 16-row AMX tile would be mostly padding).
+// Decode on avx512bf16 and amx: a GQA group's view (2 to 16 query heads of
+// one kv head) multiplies on bf16 pairs with vdpbf16ps (P rounded to bf16;
+// on amx too, whose 16-row tiles would be mostly padding); a view of one
+// query row takes the widened narrow path (the faster on the CPUs measured).
 std::vector<std::string> DotPaths();           // every name above
 std::vector<std::string> SupportedDotPaths();  // those that can run here now
 std::string CurrentDotPath();                  // the path in force

@@ -16,6 +16,7 @@
 
 #include "hwy/highway.h"
 #include "kernels/amx/amx.h"
+#include "kernels/bf16dot/bf16dot.h"
 #include "kernels/amx/pack-inl.h"
 #include "kernels/bf16dot/pack-inl.h"
 #include "kernels/common/amx-inl.h"
@@ -35,7 +36,12 @@ using Amx = EmulatedAmx;
 #include "kernels/amx/head-body.h"  // NOLINT: included per layer
 }  // namespace emulated
 
+// Views of at most NarrowMaxRows() rows (decode) would fill 16-row tiles
+// with padding: they run the bf16 dot-product kernel's narrow path instead
+// (kernels/bf16dot/narrow-body.h: vdpbf16ps, or its emulation, with the
+// same arithmetic as the tiles: pairs summed in float32, P rounded to bf16).
 void AmxViewEmulated(const internal::HeadView& view, const Tiles& tiles) {
+  if (view.tq <= NarrowMaxRows()) return internal::Bf16DotTarget(false).run_view(view, tiles);
   thread_local AmxScratch scratch;  // per thread (and target), across calls
   emulated::AmxHead(view, tiles, scratch);
 }
@@ -62,6 +68,7 @@ using Amx = HardwareAmx;
 }  // namespace hardware
 
 void AmxViewHardware(const internal::HeadView& view, const Tiles& tiles) {
+  if (view.tq <= NarrowMaxRows()) return internal::Bf16DotTarget(true).run_view(view, tiles);
   thread_local AmxScratch scratch;
   hardware::AmxHead(view, tiles, scratch);
 }

@@ -27,7 +27,8 @@
 // A V tile holding NaN or ±Inf is mixed in float32 instead (the weights
 // unrounded, a key the row cannot see skipped, as in the narrow path), so
 // those values reach exactly the rows that see their key. Views of at most
-// NarrowMaxRows() rows (decode) take the widened narrow path.
+// NarrowMaxRows() rows (decode) take the bf16 dot-product kernel's narrow
+// path (amx.cc).
 //
 // Each call configures the tiles of its thread (every tile 16 x 64 bytes)
 // and releases them before it returns, so OpenMP workers and callers'
@@ -145,7 +146,8 @@ HWY_INLINE void AmxMixNonFinite(const internal::HeadView& h, const AmxScratch& s
 }
 
 HWY_INLINE void AmxHead(const internal::HeadView& h, const Tiles& tiles, AmxScratch& scratch) {
-  if (h.tq <= NarrowMaxRows()) return NarrowHead(h, tiles, scratch.narrow());
+  // Views of at most NarrowMaxRows() rows never come here: amx.cc hands
+  // them to the bf16 dot-product kernel.
   const int64_t q_block = AmxRoundUp(std::max<int64_t>(tiles.q_block, kAmxGroupRows));
   const int64_t kv_block = AmxRoundUp(std::max<int64_t>(tiles.kv_block, kAmxPad));
   scratch.Reserve(q_block, kv_block, h.d, h.dv);

@@ -40,7 +40,7 @@
 #include "hwy/highway.h"
 #include "kernels/bf16dot/pack-inl.h"      // LoadPair, PackValuePairs
 #include "kernels/common/scratch.h"         // GrowScratch
-#include "kernels/streaming/narrow-inl.h"  // NarrowScratch, NarrowRowStats
+#include "kernels/streaming/narrow-inl.h"  // NarrowRowStats
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
@@ -86,10 +86,8 @@ class AmxScratch {
   uint16_t* p(int64_t r) const { return p_.get() + r * keys_; }
   float* o(int64_t r) const { return o_.get() + r * dv_pad_; }  // row r of the block
   NarrowRowStats* stats() { return stats_.data(); }
-  NarrowScratch& narrow() { return narrow_; }
 
  private:
-  NarrowScratch narrow_;  // views of few rows take the widened narrow path
   hwy::AlignedFreeUniquePtr<uint16_t[]> q_, p_;
   hwy::AlignedFreeUniquePtr<uint32_t[]> kp_, vp_;
   hwy::AlignedFreeUniquePtr<float[]> s_, o_;
