@@ -29,7 +29,8 @@
 // through registers, its V rows once per column chunk: from L1 after the
 // first chunk); q, o and the scores stay in L1. bf16 / f16 K and V are
 // loaded as they are and widened in registers (widen-inl.h LoadWide): decode
-// reads half the bytes of float32. Extra memory:
+// reads half the bytes of float32; ggml's q8_0 K and V take the passes of
+// narrow_q8-inl.h (0.53 of f16's bytes). Extra memory:
 // R·(d + kv_block + dv + padding) floats (NarrowScratch).
 //
 // Decode from DRAM against attn-bench's read probe (bw_frac), measured on
@@ -91,7 +92,6 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <type_traits>
 #include <vector>
 
 #include "attn/attn.h"  // Tiles
@@ -255,85 +255,6 @@ HWY_INLINE void NarrowScoreBlock(const NarrowScratch& scratch, int64_t row0, int
   }
 }
 
-// NarrowScoreBlock for q8_0 K: the same accumulators and reductions, each
-// K vector dequantised in registers (LoadQ8_0Ints · Q8_0ScaleVec: the exact
-// element values, so the arithmetic after it is the float32 path's). A
-// block's scale is broadcast once per key and chunk of up to two vectors
-// (the whole block of 32 on AVX-512); the chunk's q vectors stay in
-// registers across the KB keys. d is a multiple of 32.
-template <int R, int KB>
-HWY_INLINE void NarrowScoreBlockQ8_0(const NarrowScratch& scratch, int64_t row0, int64_t d,
-                                     const Q8_0Block* HWY_RESTRICT k, int64_t k_stride,
-                                     int64_t j0) {
-  const DF df;
-  const int64_t N = int64_t(hn::Lanes(df));
-  if (!Q8_0VectorsTileBlocks(df)) {  // scalar (no fixed-width target comes here)
-    for (int r = 0; r < R; ++r) {
-      const float* HWY_RESTRICT q = scratch.q(row0 + r);
-      for (int b = 0; b < KB; ++b) {
-        const Q8_0Block* HWY_RESTRICT kb = Advance(k, b * k_stride);
-        float total = 0.0f;
-        for (int64_t c = 0; c < d; ++c) total += q[c] * internal::LoadQ8_0Element(kb, c);
-        scratch.s(row0 + r)[j0 + b] = total;
-      }
-    }
-    return;
-  }
-  // Vectors per chunk: two, or one when a vector is a whole block.
-  constexpr int kChunk = 2;
-  const int64_t chunk_elements = std::min<int64_t>(kChunk * N, internal::kQ8_0BlockElements);
-  const int64_t chunk_vectors = chunk_elements / N;
-  VF acc[R * KB];
-  for (int a = 0; a < R * KB; ++a) acc[a] = hn::Zero(df);
-  for (int64_t c0 = 0; c0 < d; c0 += chunk_elements) {
-    const int64_t block = c0 / internal::kQ8_0BlockElements;
-    const int64_t in_block = c0 % internal::kQ8_0BlockElements;
-    VF q[R][kChunk];
-    for (int r = 0; r < R; ++r)
-      for (int v = 0; v < kChunk; ++v) {
-        q[r][v] = v < chunk_vectors ? hn::Load(df, scratch.q(row0 + r) + c0 + v * N) : hn::Zero(df);
-      }
-    for (int b = 0; b < KB; ++b) {
-      const Q8_0Block* HWY_RESTRICT kb = Advance(k, b * k_stride) + block;
-      const VF scale = Q8_0ScaleVec(df, kb);
-      for (int v = 0; v < kChunk; ++v) {
-        if (v >= chunk_vectors) break;
-        const VF kv = hn::Mul(LoadQ8_0Ints(df, kb->bytes + 2 + in_block + v * N), scale);
-        for (int r = 0; r < R; ++r) acc[r * KB + b] = hn::MulAdd(q[r][v], kv, acc[r * KB + b]);
-      }
-    }
-  }
-  // Horizontal sums, as NarrowScoreBlock (d has no ragged end here).
-  float sums[R * KB + 15];
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  auto acc_or_zero = [&](int a) { return a < R * KB ? acc[a] : hn::Zero(df); };
-  for (int a = 0; a < R * KB; a += 16) {
-    VF w[4];
-    for (int g = 0; g < 4; ++g) {
-      const int b = a + 4 * g;
-      w[g] = SumFourPerBlock(acc_or_zero(b), acc_or_zero(b + 1), acc_or_zero(b + 2),
-                             acc_or_zero(b + 3));
-    }
-    hn::StoreU(SumBlocksOfFour(w[0], w[1], w[2], w[3]), df, sums + a);
-  }
-#else
-  HWY_ALIGN float blocks[hn::MaxLanes(DF())];
-  for (int a = 0; a < R * KB; a += 4) {
-    const VF w = SumFourPerBlock(acc[a], a + 1 < R * KB ? acc[a + 1] : hn::Zero(df),
-                                 a + 2 < R * KB ? acc[a + 2] : hn::Zero(df),
-                                 a + 3 < R * KB ? acc[a + 3] : hn::Zero(df));
-    hn::Store(w, df, blocks);
-    for (int m = 0; m < 4; ++m) {
-      float total = 0.0f;
-      for (int64_t blk = 0; blk < N / 4; ++blk) total += blocks[blk * 4 + m];
-      sums[a + m] = total;
-    }
-  }
-#endif
-  for (int r = 0; r < R; ++r)
-    for (int b = 0; b < KB; ++b) scratch.s(row0 + r)[j0 + b] = sums[r * KB + b];
-}
-
 // Requests V rows [j, j + count) into the cache. The mix reads each V row in
 // column chunks at the row stride; for V not in cache that access pattern
 // waits on memory once per row (decode with K/V in DRAM ran at ~7 GB/s on
@@ -343,8 +264,7 @@ HWY_INLINE void NarrowScoreBlockQ8_0(const NarrowScratch& scratch, int64_t row0,
 HWY_INLINE void PrefetchRows(const void* HWY_RESTRICT rows, DType type, int64_t stride,
                              int64_t count, int64_t cols) {
   const char* HWY_RESTRICT base = static_cast<const char*>(rows);
-  const int64_t row_step = internal::BytesOf(type, stride);
-  const int64_t row_bytes = internal::BytesOf(type, cols);
+  const int64_t row_step = internal::BytesOf(type, stride), row_bytes = internal::BytesOf(type, cols);
   for (int64_t j = 0; j < count; ++j) {
     const char* HWY_RESTRICT row = base + j * row_step;
     for (int64_t byte = 0; byte < row_bytes; byte += 64) hwy::Prefetch(row + byte);
@@ -359,12 +279,10 @@ HWY_INLINE void PrefetchRows(const void* HWY_RESTRICT rows, DType type, int64_t 
 // the same tile's scores, measured 5-15% slower (MHA decode, T_k = 32768;
 // all on AMD EPYC Zen 3, AVX2). Measured for float32 K: the distance is in
 // bytes ahead (16 keys of float32 rows), so a 16-bit K is requested 32 keys
-// ahead, a q8_0 K 60 (KeyPrefetchDistance).
+// ahead, a q8_0 K 60 (KeyPrefetchDistance; any whole number of q8_0 blocks).
 constexpr int64_t kKeyPrefetchDistance = 16;
 HWY_INLINE int64_t KeyPrefetchDistance(DType k_type) {
-  const int64_t block = internal::kQ8_0BlockElements;  // any whole number of blocks
-  return kKeyPrefetchDistance * internal::BytesOf(DType::kF32, block) /
-         internal::BytesOf(k_type, block);
+  return kKeyPrefetchDistance * internal::BytesOf(DType::kF32, 32) / internal::BytesOf(k_type, 32);
 }
 
 // Scores of a tile: blocks of KB keys, then the rest one at a time, with the
@@ -378,26 +296,16 @@ HWY_INLINE void NarrowScoreTile(const NarrowScratch& scratch, int64_t row0, int6
   const int64_t v_row_bytes = internal::BytesOf(v_type, v_stride);
   const char* HWY_RESTRICT v_bytes = static_cast<const char*>(v);
   const int64_t ahead = KeyPrefetchDistance(k_type);
-  // One instantiation per K storage type: the q8_0 branch is taken at
-  // compile time, never per key.
-  auto score = [&](auto keys_per_block, int64_t j) {
-    constexpr int kKeys = decltype(keys_per_block)::value;
-    if constexpr (IsQ8_0<TK>()) {
-      NarrowScoreBlockQ8_0<R, kKeys>(scratch, row0, d, Advance(k, j * k_stride), k_stride, j);
-    } else {
-      NarrowScoreBlock<R, kKeys>(scratch, row0, d, Advance(k, j * k_stride), k_stride, j);
-    }
-  };
   int64_t j = 0;
   for (; j + KB <= keys; j += KB) {
     if (prefetch) PrefetchRows(v_bytes + j * v_row_bytes, v_type, v_stride, KB, dv);
     if (prefetch && j + ahead + KB <= keys_left) {
-      PrefetchRows(Advance(k, (j + ahead) * k_stride), k_type, k_stride, KB, d);
+      PrefetchRows(k + (j + ahead) * k_stride, k_type, k_stride, KB, d);
     }
-    score(std::integral_constant<int, KB>(), j);
+    NarrowScoreBlock<R, KB>(scratch, row0, d, k + j * k_stride, k_stride, j);
   }
   if (prefetch) PrefetchRows(v_bytes + j * v_row_bytes, v_type, v_stride, keys - j, dv);
-  for (; j < keys; ++j) score(std::integral_constant<int, 1>(), j);
+  for (; j < keys; ++j) NarrowScoreBlock<R, 1>(scratch, row0, d, k + j * k_stride, k_stride, j);
 }
 
 // o(r)[c0 + n·N + lane] += Σ_j p(r)[j]·V[j][c0 + ...] for CV whole vectors of
@@ -427,53 +335,12 @@ HWY_INLINE void NarrowMixChunk(const NarrowScratch& scratch, int64_t row0, int64
     for (int n = 0; n < CV; ++n) hn::Store(acc[r][n], df, scratch.o(row0 + r) + c0 + n * N);
 }
 
-// NarrowMixChunk for q8_0 V: each V vector dequantised in registers (the
-// exact values) and shared by the R rows; a block's scale is broadcast once
-// per key (vectors n with n % (32 / N) == 0 start a block: c0 is a multiple
-// of 32, or the chunk lies within one block).
-template <int R, int CV, bool kSkipHidden>
-HWY_INLINE void NarrowMixChunkQ8_0(const NarrowScratch& scratch, int64_t row0, int64_t keys,
-                                   const Q8_0Block* HWY_RESTRICT v, int64_t v_stride,
-                                   int64_t c0) {
-  const DF df;
-  const int64_t N = int64_t(hn::Lanes(df));
-  const int64_t block_vectors = internal::kQ8_0BlockElements / N;
-  VF acc[R][CV];
-  for (int r = 0; r < R; ++r)
-    for (int n = 0; n < CV; ++n) acc[r][n] = hn::Load(df, scratch.o(row0 + r) + c0 + n * N);
-  for (int64_t j = 0; j < keys; ++j) {
-    const Q8_0Block* HWY_RESTRICT vj = Advance(v, j * v_stride);
-    VF vv[CV];
-    VF scale = hn::Zero(df);
-    for (int n = 0; n < CV; ++n) {
-      const int64_t c = c0 + n * N;
-      const Q8_0Block* HWY_RESTRICT block = vj + c / internal::kQ8_0BlockElements;
-      if (n % block_vectors == 0) scale = Q8_0ScaleVec(df, block);
-      vv[n] = hn::Mul(LoadQ8_0Ints(df, block->bytes + 2 + c % internal::kQ8_0BlockElements), scale);
-    }
-    for (int r = 0; r < R; ++r) {
-      const float p = scratch.s(row0 + r)[j];
-      if (kSkipHidden && IsHiddenWeight(p)) continue;
-      const VF pb = hn::Set(df, p);
-      for (int n = 0; n < CV; ++n) acc[r][n] = hn::MulAdd(pb, vv[n], acc[r][n]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int n = 0; n < CV; ++n) hn::Store(acc[r][n], df, scratch.o(row0 + r) + c0 + n * N);
-}
-
 template <int R, int CV, bool kSkipHidden, typename TV>
 HWY_INLINE void NarrowMixChunkN(int64_t vectors, const NarrowScratch& scratch, int64_t row0,
                                 int64_t keys,
                                 const TV* HWY_RESTRICT v, int64_t v_stride, int64_t c0) {
   if constexpr (CV > 0) {
-    if (vectors == CV) {
-      if constexpr (IsQ8_0<TV>()) {
-        return NarrowMixChunkQ8_0<R, CV, kSkipHidden>(scratch, row0, keys, v, v_stride, c0);
-      } else {
-        return NarrowMixChunk<R, CV, kSkipHidden>(scratch, row0, keys, v, v_stride, c0);
-      }
-    }
+    if (vectors == CV) return NarrowMixChunk<R, CV, kSkipHidden>(scratch, row0, keys, v, v_stride, c0);
     NarrowMixChunkN<R, CV - 1, kSkipHidden>(vectors, scratch, row0, keys, v, v_stride, c0);
   }
 }
@@ -489,8 +356,7 @@ HWY_INLINE void NarrowMixTile(const NarrowScratch& scratch, int64_t row0, int64_
   constexpr int CV = kNarrowWideRegisters ? (R == 1 ? 8 : R == 2 ? 8 : 4)
                                           : (R == 1 ? 8 : R == 2 ? 4 : 2);
   const int64_t N = int64_t(hn::Lanes(DF()));
-  // q8_0 V: whole vectors when they tile its blocks, else all in scalar code.
-  const int64_t vectors = IsQ8_0<TV>() && !Q8_0VectorsTileBlocks(DF()) ? 0 : dv / N;
+  const int64_t vectors = dv / N;
   bool any_hidden = false;
   for (int r = 0; r < R; ++r) {
     const float* HWY_RESTRICT p = scratch.s(row0 + r);
@@ -509,12 +375,7 @@ HWY_INLINE void NarrowMixTile(const NarrowScratch& scratch, int64_t row0, int64_
       const float* HWY_RESTRICT p = scratch.s(row0 + r);
       float total = scratch.o(row0 + r)[c];
       for (int64_t j = 0; j < keys; ++j) {
-        if (IsHiddenWeight(p[j])) continue;
-        if constexpr (IsQ8_0<TV>()) {
-          total += p[j] * internal::LoadQ8_0Element(Advance(v, j * v_stride), c);
-        } else {
-          total += p[j] * WidenScalar(v + j * v_stride + c);
-        }
+        if (!IsHiddenWeight(p[j])) total += p[j] * WidenScalar(v + j * v_stride + c);
       }
       scratch.o(row0 + r)[c] = total;
     }
@@ -560,6 +421,18 @@ HWY_INLINE void NarrowSoftmaxRow(float* HWY_RESTRICT s, int64_t keys, NarrowRowS
   stats.max = new_max;
 }
 
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
+HWY_AFTER_NAMESPACE();
+
+// q8_0 K and V (ggml's blocks): the score and mix passes, built on the
+// pieces above (its own per-target include guard).
+#include "kernels/streaming/narrow_q8-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn {
+namespace HWY_NAMESPACE {
+
 // One tile of keys [j0, j0 + keys) for the R rows [row0, row0 + R) of a
 // view: scores, mask and causal limits, online softmax, mix.
 template <int R>
@@ -568,12 +441,21 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
                                 NarrowRowStats* HWY_RESTRICT stats) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
   // The first group of the tile brings its K and V rows into the cache.
-  WithKvStorageType(h.k_type, [&](auto tag) {
-    using TK = decltype(tag);
-    NarrowScoreTile<R>(scratch, row0, h.d, static_cast<const TK*>(h.KRow(j0)), h.k_type,
-                       h.k_stride, keys, key_end - j0, h.VRow(j0), h.v_type, h.v_stride, h.dv,
-                       /*prefetch=*/row0 == 0);
-  });
+  // q8_0 K or V: narrow_q8-inl.h (one branch per tile).
+  if (h.k_type == DType::kQ8_0) {
+    NarrowScoreTileQ8_0<R>(scratch, row0, h.d, static_cast<const uint8_t*>(h.KRow(j0)),
+                           internal::BytesOf(h.k_type, h.k_stride), keys, key_end - j0,
+                           static_cast<const uint8_t*>(h.VRow(j0)),
+                           internal::BytesOf(h.v_type, h.v_stride),
+                           internal::BytesOf(h.v_type, h.dv), /*prefetch=*/row0 == 0);
+  } else {
+    WithStorageType(h.k_type, [&](auto tag) {
+      using TK = decltype(tag);
+      NarrowScoreTile<R>(scratch, row0, h.d, static_cast<const TK*>(h.KRow(j0)), h.k_type,
+                         h.k_stride, keys, key_end - j0, h.VRow(j0), h.v_type, h.v_stride, h.dv,
+                         /*prefetch=*/row0 == 0);
+    });
+  }
   const bool modified = h.HasScoreModifiers();
   for (int64_t r = row0; r < row0 + R; ++r) {
     float* HWY_RESTRICT s = scratch.s(r);
@@ -591,7 +473,12 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
     if (modified) WindowRow(h, r, j0, keys, s);
     NarrowSoftmaxRow(s, keys, stats[r], scratch.o(r), h.dv);
   }
-  WithKvStorageType(h.v_type, [&](auto tag) {
+  if (h.v_type == DType::kQ8_0) {
+    NarrowMixTileQ8_0<R>(scratch, row0, keys, static_cast<const uint8_t*>(h.VRow(j0)),
+                         internal::BytesOf(h.v_type, h.v_stride), h.dv);
+    return;
+  }
+  WithStorageType(h.v_type, [&](auto tag) {
     using TV = decltype(tag);
     NarrowMixTile<R>(scratch, row0, keys, static_cast<const TV*>(h.VRow(j0)), h.v_stride, h.dv);
   });
