@@ -3,7 +3,7 @@
 # kernel. Not run by .ci/run (each builds the library once more); see
 # docs/reliability.md.
 #
-#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum] [--keep]  (default: tail)
+#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|q8] [--keep]  (default: tail)
 #
 # tail    .ci/planted/tail-off-by-one.patch (issue 7): the tail block of
 #         ForEachRowBlock (kernels/common/microkernels-inl.h) gets one row
@@ -50,6 +50,11 @@
 #         kernels_test must fail at the AVX3 target, so only on an AVX-512
 #         CPU (elsewhere that code never runs: exit 1). Measured on AMD EPYC
 #         Zen 5: decode shapes fail by 0.06 against bounds of ~2e-6.
+# q8      .ci/planted/q8-scale-neighbour.patch (issue 24): the decode
+#         (narrow) path's q8_0 score pass (kernels/streaming/narrow_q8-inl.h)
+#         applies each K block's scale to the row's next block. Release
+#         build; tests/q8_test (Q8Kernels, every target) must fail on the
+#         decode shapes with d >= 64.
 #
 # Each: copies the committed tree (git archive HEAD) to a temporary
 # directory, applies the patch there (never to the tree), builds the one
@@ -65,8 +70,8 @@ keep=0
 for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
-    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum) case=$arg ;;
-    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum] [--keep]" >&2; exit 2 ;;
+    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|q8) case=$arg ;;
+    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|q8] [--keep]" >&2; exit 2 ;;
   esac
 done
 configure=(-DCMAKE_BUILD_TYPE=Release)  # the README's build, unless the case says otherwise
@@ -87,6 +92,7 @@ case "$case" in
   amxvnni) patch=.ci/planted/amx-key-halves-swapped.patch test=bf16dot_test filter='Shapes/Bf16DotKernels.*' ;;
   amxedge) patch=.ci/planted/amx-padding-weights-stale.patch test=bf16dot_test filter='Shapes/Bf16DotKernels.*' ;;
   narrowsum) patch=.ci/planted/narrow-reduction-swapped.patch test=kernels_test filter='Shapes/KernelsTest.*' ;;
+  q8) patch=.ci/planted/q8-scale-neighbour.patch test=q8_test filter='Combos/Q8Kernels.*' ;;
   arm)
     patch=.ci/planted/fp16-sign-dropped.patch test=dtype_test filter='*'
     # Relative: cmake finds it in the copied source tree.
