@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -58,7 +59,7 @@ struct Case {
   float softcap = 0.0f;
   bool sinks = false;
 
-  bool Is16Bit() const { return qo != attn::DType::kF32 || kv != attn::DType::kF32; }
+  bool NotAllF32() const { return qo != attn::DType::kF32 || kv != attn::DType::kF32; }
   std::string TypeField() const {
     if (qo == kv) return qo == attn::DType::kF32 ? "" : std::string("/dtype:") + attn::DTypeName(qo);
     if (qo == attn::DType::kF32) return std::string("/kv:") + attn::DTypeName(kv);
@@ -103,10 +104,11 @@ struct Case {
     return causal ? 0.5 * f : f;
   }
   // Bytes of K and V a decode step must read at least once: kv_heads·T_k·(d + d_v)
-  // elements of K/V's type, 4 or 2 bytes (0 for other kinds: no GBps counter).
+  // elements of K/V's type: 4 or 2 bytes, or 34 per 32 for q8_0 (its scales
+  // included; 0 for other kinds: no GBps counter).
   double KvBytes() const {
     return kind == Kind::kDecode
-               ? double(attn::DTypeSize(kv)) * double(kv_heads) * double(T) * double(2 * d)
+               ? double(attn::DTypeBytes(kv, 2 * d)) * double(kv_heads) * double(T)
                : 0.0;
   }
 };
@@ -249,14 +251,15 @@ void SetCounters(benchmark::State& state, const Case& c, const LoopClock& clock)
   if (peak > 0.0) state.counters["peak_frac"] = benchmark::Counter(gflops / peak);
   if (!c.dot_path.empty()) {
     state.SetLabel(std::string("peak_frac vs ") + DotPathInstruction(c.dot_path) + " peak");
-  } else if (c.Is16Bit()) {
+  } else if (c.NotAllF32()) {
     state.SetLabel("peak_frac vs f32 FMA peak");
   }
 }
 
 // One input or output of a row in its element type: float32 values uniform
 // in [-1, 1] from `seed` (0: zeros), for bf16 / f16 the same values rounded
-// to nearest even (attn::BFloat16Bits / Float16Bits), so every type's row
+// to nearest even (attn::BFloat16Bits / Float16Bits), for q8_0 quantised by
+// ggml's rule (attn::QuantizeQ8_0; n a multiple of 32), so every type's row
 // computes on the same data.
 class Buffer {
  public:
@@ -266,12 +269,18 @@ class Buffer {
       f32_ = std::move(x);
       return;
     }
+    if (type == attn::DType::kQ8_0) {
+      blocks_.resize(size_t(attn::DTypeBytes(type, int64_t(n))));
+      attn::QuantizeQ8_0(x.data(), int64_t(n), blocks_.data());
+      return;
+    }
     bits_.resize(n);
     for (size_t i = 0; i < n; ++i) {
       bits_[i] = type == attn::DType::kBF16 ? attn::BFloat16Bits(x[i]) : attn::Float16Bits(x[i]);
     }
   }
   void* data() {
+    if (type_ == attn::DType::kQ8_0) return blocks_.data();
     return type_ == attn::DType::kF32 ? static_cast<void*>(f32_.data()) : bits_.data();
   }
   float* f32() { return f32_.data(); }  // float32 buffers only (the blas rows)
@@ -280,7 +289,36 @@ class Buffer {
   attn::DType type_;
   std::vector<float> f32_;
   std::vector<uint16_t> bits_;
+  std::vector<uint8_t> blocks_;
 };
+
+// q8_0 rows: what quantising K and V costs against float32 K/V of the same
+// values (the Buffer seeds of RunCase), measured once before the timed loop
+// on the row's own shape and kernel: rms and max |out(q8_0) - out(f32)| over
+// the outputs, as counters q8_rms_err and q8_max_err, and the rms relative
+// to the f32 output's rms, q8_rel_rms_err (docs/precision.md).
+void SetQuantisationError(benchmark::State& state, const attn::Problem& q8_problem,
+                          const attn::Options& options, const std::vector<float>& q8_out,
+                          int64_t k_elements) {
+  Buffer k32(attn::DType::kF32, size_t(k_elements), 2), v32(attn::DType::kF32, size_t(k_elements), 3);
+  std::vector<float> out32(q8_out.size());
+  attn::Problem p = q8_problem;
+  p.k = attn::DenseBHTD(k32.f32(), p.kv_heads, p.kv_len, p.head_dim);
+  p.v = attn::DenseBHTD(v32.f32(), p.kv_heads, p.kv_len, p.head_dim);
+  p.out = attn::DenseBHTD(out32.data(), p.q_heads, p.q_len, p.head_dim);
+  attn::attention(p, options);
+  double sum2 = 0.0, max_err = 0.0, out2 = 0.0;
+  for (size_t i = 0; i < out32.size(); ++i) {
+    const double e = double(q8_out[i]) - double(out32[i]);
+    sum2 += e * e;
+    out2 += double(out32[i]) * double(out32[i]);
+    max_err = std::max(max_err, std::fabs(e));
+  }
+  state.counters["q8_rms_err"] = benchmark::Counter(std::sqrt(sum2 / double(out32.size())));
+  state.counters["q8_max_err"] = benchmark::Counter(max_err);
+  // Relative to the output's own rms (an average of many V rows is small).
+  if (out2 > 0.0) state.counters["q8_rel_rms_err"] = benchmark::Counter(std::sqrt(sum2 / out2));
+}
 
 void RunCase(benchmark::State& state, const Case& c) {
   EnsureProbes(c);
@@ -350,6 +388,18 @@ void RunCase(benchmark::State& state, const Case& c) {
     }
     bool forced;
   } dot_path_scope(c.dot_path);
+
+  if (c.kv == attn::DType::kQ8_0 && c.qo == attn::DType::kF32) {
+    try {
+      attn::attention(p, options);
+      const float* o = static_cast<const float*>(out.data());
+      const std::vector<float> q8_out(o, o + c.q_heads * tq * c.d);
+      SetQuantisationError(state, p, options, q8_out, c.kv_heads * tk * c.d);
+    } catch (const std::exception& e) {
+      state.SkipWithError(e.what());
+      return;
+    }
+  }
 
   const int repeat = c.scalar ? 1 : g_slowdown;
   const LoopClock clock;
@@ -654,6 +704,9 @@ std::vector<Case> DefaultCases() {
       }
     }
   }
+  // Decode over a 16-bit KV cache, then over ggml's 8-bit q8_0 cache (K and
+  // V only, "kv:q8_0": Q and O float32), each next to the f16 / bf16 rows of
+  // its shape: 34 bytes read per 32 elements, the bytes bw_frac counts.
   for (int64_t q_heads : {int64_t{32}, kHeads}) {
     for (int64_t T : {int64_t{4096}, int64_t{32768}}) {
       for (attn::DType type : kTypes16) {
@@ -668,6 +721,15 @@ std::vector<Case> DefaultCases() {
             add16(c, *kern, qo, type);
           }
         }
+      }
+      for (const Kernel* kern : decode16) {
+        Case c;
+        c.kind = Case::Kind::kDecode;
+        c.T = T;
+        c.d = 128;
+        c.q_heads = q_heads;
+        c.kv_heads = q_heads == kHeads ? kHeads : 8;
+        add16(c, *kern, attn::DType::kF32, attn::DType::kQ8_0);
       }
     }
   }

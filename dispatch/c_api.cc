@@ -306,4 +306,12 @@ attn_status_t attn_force_target(const char* name) {
 
 const char* attn_version(void) { return ATTN_VERSION; }
 
+attn_status_t attn_quantize_q8_0(const float* x, int64_t n, void* out) {
+  return Guard([&] { attn::QuantizeQ8_0(x, n, out); });
+}
+
+attn_status_t attn_dequantize_q8_0(const void* blocks, int64_t n, float* out) {
+  return Guard([&] { attn::DequantizeQ8_0(blocks, n, out); });
+}
+
 }  // extern "C"

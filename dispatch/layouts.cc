@@ -1,5 +1,5 @@
 // Small value helpers of the public API: layouts, element types, names, the
-// default scale.
+// q8_0 quantiser, the default scale.
 #include <cmath>
 #include <string>
 
@@ -39,6 +39,7 @@ const char* DTypeName(DType type) {
     case DType::kF32: return "f32";
     case DType::kBF16: return "bf16";
     case DType::kF16: return "f16";
+    case DType::kQ8_0: return "q8_0";
   }
   return "?";
 }
@@ -47,7 +48,8 @@ DType ParseDType(const std::string& name) {
   if (name == "f32" || name == "float32") return DType::kF32;
   if (name == "bf16" || name == "bfloat16") return DType::kBF16;
   if (name == "f16" || name == "float16") return DType::kF16;
-  internal::Fail("dtype", "\"" + name + "\"", "must be one of f32, bf16, f16");
+  if (name == "q8_0") return DType::kQ8_0;
+  internal::Fail("dtype", "\"" + name + "\"", "must be one of f32, bf16, f16, q8_0");
 }
 
 int DTypeSize(DType type) {
@@ -55,8 +57,70 @@ int DTypeSize(DType type) {
     case DType::kF32: return 4;
     case DType::kBF16:
     case DType::kF16: return 2;
+    case DType::kQ8_0: return 0;  // blocks: DTypeBlockBytes
   }
   return 0;
+}
+
+int DTypeBlockElements(DType type) {
+  switch (type) {
+    case DType::kF32:
+    case DType::kBF16:
+    case DType::kF16: return 1;
+    case DType::kQ8_0: return int(internal::kQ8_0BlockElements);
+  }
+  return 0;
+}
+
+int DTypeBlockBytes(DType type) {
+  switch (type) {
+    case DType::kF32: return 4;
+    case DType::kBF16:
+    case DType::kF16: return 2;
+    case DType::kQ8_0: return int(internal::kQ8_0BlockBytes);
+  }
+  return 0;
+}
+
+int64_t DTypeBytes(DType type, int64_t elements) {
+  const int block = DTypeBlockElements(type);
+  return block == 0 ? 0 : elements / block * DTypeBlockBytes(type);
+}
+
+namespace {
+// n of QuantizeQ8_0 / DequantizeQ8_0: >= 0 and whole blocks.
+void RequireWholeQ8_0Blocks(int64_t n) {
+  if (n < 0 || n % internal::kQ8_0BlockElements != 0) {
+    internal::Fail("n", internal::Str(n), "must be a multiple of 32 (q8_0 blocks of 32 elements)");
+  }
+}
+}  // namespace
+
+void QuantizeQ8_0(const float* x, int64_t n, void* out) {
+  RequireWholeQ8_0Blocks(n);
+  if (n > 0 && x == nullptr) internal::Fail("x", "null", "must not be null");
+  if (n > 0 && out == nullptr) internal::Fail("out", "null", "must not be null");
+  // Every block is checked before the first is written.
+  for (int64_t i = 0; i < n; i += internal::kQ8_0BlockElements) {
+    const int64_t bad = internal::Q8_0BlockUnfit(x + i);
+    if (bad >= 0) {
+      internal::Fail("x[" + internal::Str(i + bad) + "]", internal::Str(x[i + bad]),
+                     "must be finite, with |x| < 65520 * 127 (the block's binary16 scale "
+                     "amax / 127 must be finite)");
+    }
+  }
+  unsigned char* blocks = static_cast<unsigned char*>(out);
+  for (int64_t i = 0; i < n; i += internal::kQ8_0BlockElements) {
+    internal::QuantizeQ8_0Block(x + i, blocks + i / internal::kQ8_0BlockElements *
+                                                    internal::kQ8_0BlockBytes);
+  }
+}
+
+void DequantizeQ8_0(const void* blocks, int64_t n, float* out) {
+  RequireWholeQ8_0Blocks(n);
+  if (n > 0 && blocks == nullptr) internal::Fail("blocks", "null", "must not be null");
+  if (n > 0 && out == nullptr) internal::Fail("out", "null", "must not be null");
+  for (int64_t i = 0; i < n; ++i) out[i] = internal::LoadQ8_0Element(blocks, i);
 }
 
 uint16_t BFloat16Bits(float value) { return internal::BF16FromFloat(value); }

@@ -5,6 +5,7 @@
 // runs of physically consecutive pages, read in place (no gather).
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -36,15 +37,65 @@ std::vector<int64_t> Counts(const char* cu_name, const int32_t* cu, const char* 
   return offsets;
 }
 
+// A pool may be q8_0 (a llama.cpp-style cache): rows of whole blocks, the
+// row length named by cols_field.
 StridedView CheckPool(const std::string& name, const PagePool& pool, int64_t num_blocks,
-                      int64_t block_size, int64_t heads, int64_t cols) {
-  internal::RequireDType(name, pool.dtype);
+                      int64_t block_size, int64_t heads, int64_t cols, const char* cols_field) {
+  internal::RequireDType(name, pool.dtype, /*q8_ok=*/true);
+  internal::RequireQ8_0Cols(name, pool.dtype, cols_field, cols);
   if (pool.data == nullptr) Fail(name + ".data", "null", "must not be null");
   static const char* const kNames[4] = {".block_stride", ".row_stride", ".head_stride", nullptr};
   const int64_t extents[4] = {num_blocks, block_size, heads, cols};
   const int64_t strides[4] = {pool.block_stride, pool.row_stride, pool.head_stride, 1};
-  return internal::CheckStrides(name, pool.data, 4, extents, strides, kNames,
-                                DTypeSize(pool.dtype));
+  return internal::CheckTypedStrides(name, pool.data, 4, extents, strides, kNames, pool.dtype);
+}
+
+// New tokens bound for a q8_0 pool are quantised (QuantizeQ8_0's rule)
+// unless they are q8_0 already (then their blocks are copied): every block
+// of them must be quantisable, checked before anything is written.
+void CheckQuantisable(const char* name, const PackedTensor& t, int64_t tokens, int64_t heads,
+                      int64_t cols, const char* pool) {
+  if (t.dtype == DType::kQ8_0) return;
+  std::vector<float> values(static_cast<size_t>(cols));
+  for (int64_t i = 0; i < tokens; ++i)
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t base = i * t.token_stride + h * t.head_stride;
+      for (int64_t c = 0; c < cols; ++c) {
+        values[size_t(c)] = internal::LoadElement(t.data, t.dtype, base + c);
+      }
+      for (int64_t c = 0; c < cols; c += internal::kQ8_0BlockElements) {
+        const int64_t bad = internal::Q8_0BlockUnfit(values.data() + c);
+        if (bad < 0) continue;
+        Fail(std::string(name) + "[" + Str(i) + "][" + Str(h) + "][" + Str(c + bad) + "]",
+             Str(values[size_t(c + bad)]),
+             std::string("must be finite, with |x| < 65520 * 127, to be quantised into the q8_0 ") +
+                 pool);
+      }
+    }
+}
+
+// Row `src` (cols elements of t) into the pool row at element offset `dst`.
+void AppendRow(const PagePool& pool, int64_t dst, const PackedTensor& t, int64_t src,
+               int64_t cols, std::vector<float>& row) {
+  if (pool.dtype != DType::kQ8_0) {
+    for (int64_t c = 0; c < cols; ++c) {
+      internal::StoreElement(pool.data, pool.dtype, dst + c,
+                             internal::LoadElement(t.data, t.dtype, src + c));
+    }
+    return;
+  }
+  void* out = internal::ElementOffset(pool.data, pool.dtype, dst);
+  if (t.dtype == DType::kQ8_0) {  // the same blocks, byte for byte
+    std::memcpy(out, internal::ElementOffset(t.data, t.dtype, src),
+                size_t(internal::BytesOf(DType::kQ8_0, cols)));
+    return;
+  }
+  row.resize(size_t(cols));
+  for (int64_t c = 0; c < cols; ++c) row[size_t(c)] = internal::LoadElement(t.data, t.dtype, src + c);
+  for (int64_t c = 0; c < cols; c += internal::kQ8_0BlockElements) {
+    internal::QuantizeQ8_0Block(row.data() + c,
+                                static_cast<char*>(out) + internal::BytesOf(DType::kQ8_0, c));
+  }
 }
 
 std::string Entry(int64_t b, int64_t page) {
@@ -120,11 +171,15 @@ void PagedAttention(const PagedProblem& p, const Options& options) {
              "pages of their own)");
   }
 
-  const StridedView kc = CheckPool("k_cache", p.k_cache, p.num_blocks, bs, p.kv_heads, d);
-  const StridedView vc = CheckPool("v_cache", p.v_cache, p.num_blocks, bs, p.kv_heads, dv);
+  const char* const dv_field = p.value_dim ? "value_dim" : "head_dim";
+  const StridedView kc =
+      CheckPool("k_cache", p.k_cache, p.num_blocks, bs, p.kv_heads, d, "head_dim");
+  const StridedView vc = CheckPool("v_cache", p.v_cache, p.num_blocks, bs, p.kv_heads, dv, dv_field);
   const StridedView q = internal::CheckPacked("q", p.q, total_q, p.q_heads, d);
-  const StridedView kn = internal::CheckPacked("k_new", p.k_new, total_new, p.kv_heads, d);
-  const StridedView vn = internal::CheckPacked("v_new", p.v_new, total_new, p.kv_heads, dv);
+  const StridedView kn =
+      internal::CheckPacked("k_new", p.k_new, total_new, p.kv_heads, d, "head_dim");
+  const StridedView vn =
+      internal::CheckPacked("v_new", p.v_new, total_new, p.kv_heads, dv, dv_field);
   const StridedView out = internal::CheckPacked("out", p.out, total_q, p.q_heads, dv);
   internal::RequireNoSelfOverlap(out, "outputs");
   for (const StridedView* in : {&q, &kn, &vn, &kc, &vc}) internal::RequireDisjoint(out, *in, false);
@@ -144,6 +199,12 @@ void PagedAttention(const PagedProblem& p, const Options& options) {
     for (const StridedView* in : {&q, &kn, &vn}) {
       internal::RequireDisjoint(kc, *in, false);
       internal::RequireDisjoint(vc, *in, false);
+    }
+    if (p.k_cache.dtype == DType::kQ8_0) {
+      CheckQuantisable("k_new", p.k_new, total_new, p.kv_heads, d, "k_cache");
+    }
+    if (p.v_cache.dtype == DType::kQ8_0) {
+      CheckQuantisable("v_new", p.v_new, total_new, p.kv_heads, dv, "v_cache");
     }
   }
 
@@ -205,8 +266,10 @@ void PagedAttention(const PagedProblem& p, const Options& options) {
   }
 
   // The append, once nothing can fail any more: token t of sequence b goes
-  // to slot t % block_size of block block_table[b][t / block_size].
+  // to slot t % block_size of block block_table[b][t / block_size], rounded
+  // to the pool's type (a q8_0 pool: quantised per block, QuantizeQ8_0).
   auto append = [&] {
+    std::vector<float> row_values;  // a new row, for quantising into a q8_0 pool
     for (int64_t b = 0; b < p.batch; ++b) {
       const int32_t* row = p.block_table + b * table_stride;
       for (int64_t i = cu_new[size_t(b)]; i < cu_new[size_t(b) + 1]; ++i) {
@@ -219,16 +282,8 @@ void PagedAttention(const PagedProblem& p, const Options& options) {
                                g * p.v_cache.head_stride;
           const int64_t ksrc = i * p.k_new.token_stride + g * p.k_new.head_stride;
           const int64_t vsrc = i * p.v_new.token_stride + g * p.v_new.head_stride;
-          for (int64_t c = 0; c < d; ++c) {
-            internal::StoreElement(
-                p.k_cache.data, p.k_cache.dtype, kdst + c,
-                internal::LoadElement(p.k_new.data, p.k_new.dtype, ksrc + c));
-          }
-          for (int64_t c = 0; c < dv; ++c) {
-            internal::StoreElement(
-                p.v_cache.data, p.v_cache.dtype, vdst + c,
-                internal::LoadElement(p.v_new.data, p.v_new.dtype, vsrc + c));
-          }
+          AppendRow(p.k_cache, kdst, p.k_new, ksrc, d, row_values);
+          AppendRow(p.v_cache, vdst, p.v_new, vsrc, dv, row_values);
         }
       }
     }

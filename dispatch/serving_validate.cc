@@ -34,8 +34,9 @@ std::vector<int64_t> CheckOffsets(const char* name, const int32_t* cu, int64_t b
 }
 
 StridedView CheckPacked(const std::string& name, const PackedTensor& t, int64_t tokens,
-                        int64_t heads, int64_t cols) {
-  RequireDType(name, t.dtype);
+                        int64_t heads, int64_t cols, const char* cols_field) {
+  RequireDType(name, t.dtype, cols_field != nullptr);
+  if (cols_field) RequireQ8_0Cols(name, t.dtype, cols_field, cols);
   StridedView empty;
   empty.name = name;
   if (tokens == 0) return empty;
@@ -43,7 +44,7 @@ StridedView CheckPacked(const std::string& name, const PackedTensor& t, int64_t 
   static const char* const kNames[3] = {".token_stride", ".head_stride", nullptr};
   const int64_t extents[3] = {tokens, heads, cols};
   const int64_t strides[3] = {t.token_stride, t.head_stride, 1};
-  return CheckStrides(name, t.data, 3, extents, strides, kNames, DTypeSize(t.dtype));
+  return CheckTypedStrides(name, t.data, 3, extents, strides, kNames, t.dtype);
 }
 
 StridedView CheckPackedLse(const std::string& name, const PackedLse& lse, int64_t tokens,

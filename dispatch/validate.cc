@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string>
 
+#include "kernels/common/convert.h"  // kQ8_0BlockElements
+
 namespace attn::internal {
 
 void Fail(const std::string& field, const std::string& value, const std::string& why) {
@@ -22,7 +24,10 @@ void RequirePositive(const char* field, int64_t value) {
 }
 
 bool StridedView::SameAs(const StridedView& o) const {
-  if (data != o.data || n != o.n || element_bytes != o.element_bytes) return false;
+  if (data != o.data || n != o.n || element_bytes != o.element_bytes ||
+      block_elements != o.block_elements) {
+    return false;
+  }
   for (int i = 0; i < n; ++i) {
     if (extent[i] != o.extent[i]) return false;
     if (extent[i] > 1 && stride[i] != o.stride[i]) return false;
@@ -62,9 +67,10 @@ bool SelfOverlaps(const StridedView& v) {
 
 StridedView CheckStrides(const std::string& name, const void* data, int n, const int64_t* extents,
                          const int64_t* strides, const char* const* stride_names,
-                         int64_t element_bytes) {
+                         int64_t element_bytes, int64_t block_elements) {
   StridedView v;
   v.element_bytes = element_bytes;
+  v.block_elements = block_elements;
   v.name = name;
   v.data = data;
   v.n = n;
@@ -76,7 +82,8 @@ StridedView CheckStrides(const std::string& name, const void* data, int n, const
     v.stride[i] = strides[i];
     if (stride_names[i]) v.named_strides = i + 1;
   }
-  // Index of the last element + 1, in elements, then in bytes.
+  // Index of the last element + 1, in elements, then in storage units
+  // (blocks), then in bytes.
   int64_t last = 0, bytes = 0;
   bool overflow = false;
   for (int i = 0; i < n && !overflow; ++i) {
@@ -84,8 +91,9 @@ StridedView CheckStrides(const std::string& name, const void* data, int n, const
     overflow = __builtin_mul_overflow(extents[i] - 1, strides[i], &offset) ||
                __builtin_add_overflow(last, offset, &last);
   }
-  overflow = overflow || __builtin_add_overflow(last, int64_t{1}, &last) ||
-             __builtin_mul_overflow(last, element_bytes, &bytes);
+  overflow = overflow || __builtin_add_overflow(last, int64_t{1}, &last);
+  const int64_t units = overflow ? 0 : last / block_elements + (last % block_elements != 0);
+  overflow = overflow || __builtin_mul_overflow(units, element_bytes, &bytes);
   if (overflow) {
     std::string shape = "[";
     for (int i = 0; i < n; ++i) shape += (i ? "," : "") + Str(extents[i]);
@@ -94,6 +102,20 @@ StridedView CheckStrides(const std::string& name, const void* data, int n, const
   v.begin = reinterpret_cast<uintptr_t>(data);
   v.end = v.begin + uintptr_t(bytes);
   return v;
+}
+
+StridedView CheckTypedStrides(const std::string& name, const void* data, int n,
+                              const int64_t* extents, const int64_t* strides,
+                              const char* const* stride_names, DType type) {
+  const int64_t block = DTypeBlockElements(type);
+  for (int i = 0; i < n && block > 1; ++i) {
+    if (stride_names[i] && strides[i] % block != 0) {
+      Fail(name + stride_names[i], Str(strides[i]),
+           "must be a multiple of " + Str(block) + " for " + DTypeName(type) +
+               " (strides are in elements and must step whole blocks of " + Str(block) + ")");
+    }
+  }
+  return CheckStrides(name, data, n, extents, strides, stride_names, DTypeBlockBytes(type), block);
 }
 
 StridedView CheckRowTensor(const std::string& name, const void* data, int64_t batch,
@@ -113,17 +135,41 @@ StridedView CheckRowTensor(const std::string& name, const void* data, int64_t ba
   return CheckStrides(name, data, cols > 0 ? 4 : 3, extents, strides, kNames, element_bytes);
 }
 
-void RequireDType(const std::string& name, DType type) {
-  if (DTypeSize(type) == 0) {
-    Fail(name + ".dtype", Str(static_cast<int>(type)), "must be f32 (0), bf16 (1) or f16 (2)");
+void RequireDType(const std::string& name, DType type, bool q8_ok) {
+  if (DTypeBlockElements(type) == 0) {
+    Fail(name + ".dtype", Str(static_cast<int>(type)),
+         q8_ok ? "must be f32 (0), bf16 (1), f16 (2) or q8_0 (3)"
+               : "must be f32 (0), bf16 (1) or f16 (2)");
+  }
+  if (type == DType::kQ8_0 && !q8_ok) {
+    Fail(name + ".dtype", "q8_0",
+         "must be f32, bf16 or f16 (q8_0 is an element type for K and V only)");
   }
 }
 
+void RequireQ8_0Cols(const std::string& tensor, DType type, const char* cols_field,
+                     int64_t cols) {
+  if (type != DType::kQ8_0 || cols % kQ8_0BlockElements == 0) return;
+  Fail(cols_field, Str(cols),
+       "must be a multiple of 32 when " + tensor + ".dtype is q8_0 (its rows are blocks of 32)");
+}
+
 StridedView CheckTypedTensor(const std::string& name, const ConstTensor& t, int64_t batch,
-                             int64_t heads, int64_t rows, int64_t cols) {
-  RequireDType(name, t.dtype);
-  return CheckRowTensor(name, t.data, batch, heads, rows, cols, t.batch_stride, t.head_stride,
-                        t.row_stride, DTypeSize(t.dtype));
+                             int64_t heads, int64_t rows, int64_t cols, const char* cols_field) {
+  RequireDType(name, t.dtype, cols_field != nullptr);
+  if (cols_field) RequireQ8_0Cols(name, t.dtype, cols_field, cols);
+  if (t.data == nullptr) Fail(name + ".data", "null", "must not be null");
+  static const char* const kNames[4] = {".batch_stride", ".head_stride", ".row_stride", nullptr};
+  const int64_t extents[4] = {batch, heads, rows, cols};
+  const int64_t strides[4] = {t.batch_stride, t.head_stride, t.row_stride, 1};
+  for (int i = 0; i < 3; ++i) {
+    if (strides[i] < 0) Fail(name + kNames[i], Str(strides[i]), "must be >= 0");
+  }
+  if (cols > 0 && rows > 1 && t.row_stride < cols) {
+    Fail(name + ".row_stride", Str(t.row_stride),
+         "must be >= the row length " + Str(cols) + " (rows are contiguous)");
+  }
+  return CheckTypedStrides(name, t.data, cols > 0 ? 4 : 3, extents, strides, kNames, t.dtype);
 }
 
 void RequireNoSelfOverlap(const StridedView& v, const char* what) {
@@ -197,8 +243,11 @@ void Validate(const Problem& p) {
   ValidateScoreModifiers(p);
 
   const StridedView q = CheckTypedTensor("q", p.q, p.batch, p.q_heads, p.q_len, p.head_dim);
-  const StridedView k = CheckTypedTensor("k", p.k, p.batch, p.kv_heads, p.kv_len, p.head_dim);
-  const StridedView v = CheckTypedTensor("v", p.v, p.batch, p.kv_heads, p.kv_len, dv);
+  // K and V may be q8_0 blocks (rows of whole blocks), Q and O not.
+  const StridedView k =
+      CheckTypedTensor("k", p.k, p.batch, p.kv_heads, p.kv_len, p.head_dim, "head_dim");
+  const StridedView v = CheckTypedTensor("v", p.v, p.batch, p.kv_heads, p.kv_len, dv,
+                                         p.value_dim ? "value_dim" : "head_dim");
   const StridedView out = CheckTypedTensor("out", p.out, p.batch, p.q_heads, p.q_len, dv);
   RequireNoSelfOverlap(out, "outputs");
 

@@ -66,8 +66,9 @@ void VarlenAttention(const VarlenProblem& p, const Options& options) {
   const int64_t total_q = cu_q.back(), total_k = cu_k.back();
 
   const StridedView q = internal::CheckPacked("q", p.q, total_q, p.q_heads, d);
-  const StridedView k = internal::CheckPacked("k", p.k, total_k, p.kv_heads, d);
-  const StridedView v = internal::CheckPacked("v", p.v, total_k, p.kv_heads, dv);
+  const StridedView k = internal::CheckPacked("k", p.k, total_k, p.kv_heads, d, "head_dim");
+  const StridedView v = internal::CheckPacked("v", p.v, total_k, p.kv_heads, dv,
+                                              p.value_dim ? "value_dim" : "head_dim");
   const StridedView out = internal::CheckPacked("out", p.out, total_q, p.q_heads, dv);
   internal::RequireNoSelfOverlap(out, "outputs");
   for (const StridedView* in : {&q, &k, &v}) internal::RequireDisjoint(out, *in, false);

@@ -10,12 +10,32 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
+// IEEE binary16 bits as a double: sign, 5-bit exponent biased by 15, 10-bit
+// fraction, subnormals below 2^-14.
+double HalfValue(uint16_t bits) {
+  const double sign = (bits & 0x8000u) ? -1.0 : 1.0;
+  const int exponent = (bits >> 10) & 0x1f;
+  const int fraction = bits & 0x3ff;
+  if (exponent == 0x1f) return fraction ? kNaN : sign * kInf;
+  if (exponent == 0) return sign * std::ldexp(double(fraction), -14 - 10);
+  return sign * std::ldexp(double(1024 + fraction), exponent - 15 - 10);
+}
+
 // Element `index` of a tensor of type `type`, exactly, in double. Decoded
-// here from the bit patterns' definition (IEEE binary16: sign, 5-bit
-// exponent biased by 15, 10-bit fraction, subnormals below 2^-14; bfloat16:
-// the upper half of a binary32), not with the kernels' conversions.
+// here from the bit patterns' definition (binary16 above; bfloat16: the
+// upper half of a binary32; ggml's q8_0: blocks of 34 bytes, a
+// little-endian binary16 scale then 32 int8, element = int8 · scale), not
+// with the kernels' conversions. For q8_0, `index` counts elements from
+// the start of a row of whole blocks (strides are multiples of 32).
 double Element(const void* data, DType type, int64_t index) {
   if (type == DType::kF32) return double(static_cast<const float*>(data)[index]);
+  if (type == DType::kQ8_0) {
+    const unsigned char* block = static_cast<const unsigned char*>(data) + index / 32 * 34;
+    const uint16_t scale_bits = uint16_t(block[0] | (block[1] << 8));
+    const int byte = block[2 + index % 32];
+    const int q = byte < 128 ? byte : byte - 256;  // two's complement int8
+    return double(q) * HalfValue(scale_bits);
+  }
   const uint16_t bits = static_cast<const uint16_t*>(data)[index];
   const double sign = (bits & 0x8000u) ? -1.0 : 1.0;
   if (type == DType::kBF16) {
@@ -25,15 +45,13 @@ double Element(const void* data, DType type, int64_t index) {
     if (exponent == 0) return sign * std::ldexp(double(fraction), -126 - 7);
     return sign * std::ldexp(double(128 + fraction), exponent - 127 - 7);
   }
-  const int exponent = (bits >> 10) & 0x1f;
-  const int fraction = bits & 0x3ff;
-  if (exponent == 0x1f) return fraction ? kNaN : sign * kInf;
-  if (exponent == 0) return sign * std::ldexp(double(fraction), -14 - 10);
-  return sign * std::ldexp(double(1024 + fraction), exponent - 15 - 10);
+  return HalfValue(bits);
 }
 
-// Pointer to element `offset` of a tensor of type `type`.
+// Pointer to element `offset` of a tensor of type `type` (q8_0: `offset`
+// is a multiple of 32, i.e. offset / 32 blocks of 34 bytes).
 const void* Advance(const void* data, DType type, int64_t offset) {
+  if (type == DType::kQ8_0) return static_cast<const char*>(data) + offset / 32 * 34;
   return static_cast<const char*>(data) + offset * (type == DType::kF32 ? 4 : 2);
 }
 

@@ -5,9 +5,15 @@
 namespace attn::reference {
 namespace {
 
-// Element i of a typed buffer as float (exact), by the public conversions.
+// Element i of a typed buffer as float (exact), by the public conversions
+// (q8_0: int8 · binary16 scale of block i / 32, exact in float).
 float Load(const void* data, DType type, int64_t i) {
   if (type == DType::kF32) return static_cast<const float*>(data)[i];
+  if (type == DType::kQ8_0) {
+    const unsigned char* block = static_cast<const unsigned char*>(data) + i / 32 * 34;
+    const float scale = FromFloat16Bits(uint16_t(block[0] | (block[1] << 8)));
+    return float(static_cast<signed char>(block[2 + i % 32])) * scale;
+  }
   const uint16_t bits = static_cast<const uint16_t*>(data)[i];
   return type == DType::kBF16 ? FromBFloat16Bits(bits) : FromFloat16Bits(bits);
 }
@@ -20,6 +26,7 @@ float RoundTo(DType type, float x) {
 }
 
 const void* At(const void* data, DType type, int64_t offset) {
+  if (type == DType::kQ8_0) return static_cast<const char*>(data) + offset / 32 * 34;
   return static_cast<const char*>(data) + offset * DTypeSize(type);
 }
 
@@ -101,22 +108,32 @@ std::vector<float> GatherPagedKeys(const PagedProblem& p, int64_t b, bool values
   const int64_t tk = cached + cu_new[size_t(b) + 1] - cu_new[size_t(b)];
   const int64_t stride = p.block_table_stride ? p.block_table_stride : p.max_blocks;
   std::vector<float> keys(size_t(tk * p.kv_heads * cols));
+  std::vector<float> row(static_cast<size_t>(cols));
+  std::vector<unsigned char> blocks(static_cast<size_t>(cols / 32 * 34));
   for (int64_t t = 0; t < tk; ++t)
-    for (int64_t g = 0; g < p.kv_heads; ++g)
-      for (int64_t c = 0; c < cols; ++c) {
-        float x;
-        if (t < cached) {
-          const int64_t block = p.block_table[b * stride + t / p.block_size];
-          x = Load(pool.data, pool.dtype,
-                   block * pool.block_stride + (t % p.block_size) * pool.row_stride +
-                       g * pool.head_stride + c);
-        } else {
-          const int64_t i = cu_new[size_t(b)] + (t - cached);
-          x = RoundTo(pool.dtype,
-                      Load(fresh.data, fresh.dtype, i * fresh.token_stride + g * fresh.head_stride + c));
-        }
-        keys[size_t((t * p.kv_heads + g) * cols + c)] = x;
+    for (int64_t g = 0; g < p.kv_heads; ++g) {
+      float* key = &keys[size_t((t * p.kv_heads + g) * cols)];
+      if (t < cached) {
+        const int64_t block = p.block_table[b * stride + t / p.block_size];
+        const void* start = At(pool.data, pool.dtype,
+                               block * pool.block_stride + (t % p.block_size) * pool.row_stride +
+                                   g * pool.head_stride);
+        for (int64_t c = 0; c < cols; ++c) key[c] = Load(start, pool.dtype, c);
+        continue;
       }
+      const int64_t i = cu_new[size_t(b)] + (t - cached);
+      const void* start = At(fresh.data, fresh.dtype, i * fresh.token_stride + g * fresh.head_stride);
+      for (int64_t c = 0; c < cols; ++c) row[size_t(c)] = Load(start, fresh.dtype, c);
+      if (pool.dtype == DType::kQ8_0 && fresh.dtype != DType::kQ8_0) {
+        // Quantised as the pool stores it (QuantizeQ8_0, tested on its own
+        // against ggml's reference values in tests/q8_test.cc), then read back.
+        QuantizeQ8_0(row.data(), cols, blocks.data());
+        DequantizeQ8_0(blocks.data(), cols, row.data());
+      }
+      for (int64_t c = 0; c < cols; ++c) {
+        key[c] = pool.dtype == DType::kQ8_0 ? row[size_t(c)] : RoundTo(pool.dtype, row[size_t(c)]);
+      }
+    }
   return keys;
 }
 

@@ -283,6 +283,90 @@ static void test_invalid_dtype(void) {
   CHECK(clean, "out16 written on error");
 }
 
+/* ggml's q8_0 K and V from C: attn_quantize_q8_0 on a block whose bytes
+ * are known (amax 127: scale 1.0 = 0x3C00, q = roundf(x), halves away
+ * from zero), then a GQA decode over q8_0 K/V against a double-precision
+ * reference that decodes the blocks itself (q * binary16 scale), and the
+ * errors: Q cannot be q8_0, head_dim must be a multiple of 32. */
+enum { Q8_T = 7, Q8_D = 64, Q8_HQ = 4, Q8_HKV = 2 };
+static void test_q8_0(void) {
+  float block[32] = {127.0f, -63.5f, 2.5f, -0.4f};
+  unsigned char bytes[34];
+  memset(bytes, 0xEE, sizeof bytes);
+  CHECK(attn_quantize_q8_0(block, 32, bytes) == ATTN_OK, "quantize: %s", attn_last_error());
+  CHECK(bytes[0] == 0x00 && bytes[1] == 0x3C, "scale bytes %02x %02x", bytes[0], bytes[1]);
+  CHECK((signed char)bytes[2] == 127 && (signed char)bytes[3] == -64 && (signed char)bytes[4] == 3 &&
+            (signed char)bytes[5] == 0 && bytes[6] == 0,
+        "q %d %d %d %d", (signed char)bytes[2], (signed char)bytes[3], (signed char)bytes[4],
+        (signed char)bytes[5]);
+  float back[32];
+  CHECK(attn_dequantize_q8_0(bytes, 32, back) == ATTN_OK && back[1] == -64.0f, "dequantize");
+  memset(bytes, 0xEE, sizeof bytes);
+  CHECK(attn_quantize_q8_0(block, 31, bytes) == ATTN_INVALID_ARGUMENT && bytes[0] == 0xEE,
+        "n = 31: %s", attn_last_error());
+  CHECK(strstr(attn_last_error(), "n must be a multiple of 32") != NULL, "message: %s",
+        attn_last_error());
+
+  static float qf[Q8_HQ][Q8_D], kf[Q8_HKV][Q8_T][Q8_D], vf[Q8_HKV][Q8_T][Q8_D], o[Q8_HQ][Q8_D];
+  static unsigned char k8[Q8_HKV * Q8_T * Q8_D / 32 * 34], v8[Q8_HKV * Q8_T * Q8_D / 32 * 34];
+  unsigned state = 99u;
+  for (float* x = &qf[0][0]; x < &qf[0][0] + sizeof qf / sizeof(float); ++x) *x = next_value(&state);
+  for (float* x = &kf[0][0][0]; x < &kf[0][0][0] + sizeof kf / sizeof(float); ++x) *x = next_value(&state);
+  for (float* x = &vf[0][0][0]; x < &vf[0][0][0] + sizeof vf / sizeof(float); ++x) *x = next_value(&state);
+  CHECK(attn_quantize_q8_0(&kf[0][0][0], Q8_HKV * Q8_T * Q8_D, k8) == ATTN_OK, "quantize K");
+  CHECK(attn_quantize_q8_0(&vf[0][0][0], Q8_HKV * Q8_T * Q8_D, v8) == ATTN_OK, "quantize V");
+  attn_problem_t p;
+  attn_problem_init(&p);
+  p.q_heads = Q8_HQ;
+  p.kv_heads = Q8_HKV;
+  p.q_len = 1;
+  p.kv_len = Q8_T;
+  p.head_dim = Q8_D;
+  p.q = (attn_tensor_t){&qf[0][0], Q8_HQ * Q8_D, Q8_D, Q8_D, ATTN_F32};
+  p.k = (attn_tensor_t){k8, Q8_HKV * Q8_T * Q8_D, Q8_T * Q8_D, Q8_D, ATTN_Q8_0};
+  p.v = (attn_tensor_t){v8, Q8_HKV * Q8_T * Q8_D, Q8_T * Q8_D, Q8_D, ATTN_Q8_0};
+  p.out = (attn_out_tensor_t){&o[0][0], Q8_HQ * Q8_D, Q8_D, Q8_D, ATTN_F32};
+  CHECK(attn_attention(&p, NULL) == ATTN_OK, "q8_0 decode: %s", attn_last_error());
+  double worst = 0.0;
+  for (int h = 0; h < Q8_HQ; ++h) {
+    const int g = h / (Q8_HQ / Q8_HKV);
+    double s[Q8_T], m = -INFINITY, sum = 0.0, acc[Q8_D] = {0};
+    for (int j = 0; j < Q8_T; ++j) {
+      double dot = 0.0;
+      for (int c = 0; c < Q8_D; ++c) {
+        const int e = (g * Q8_T + j) * Q8_D + c;
+        const unsigned char* b = k8 + e / 32 * 34;
+        dot += qf[h][c] * (signed char)b[2 + e % 32] * from_f16_bits((uint16_t)(b[0] | b[1] << 8));
+      }
+      s[j] = dot / sqrt((double)Q8_D);
+      if (s[j] > m) m = s[j];
+    }
+    for (int j = 0; j < Q8_T; ++j) {
+      const double w = exp(s[j] - m);
+      sum += w;
+      for (int c = 0; c < Q8_D; ++c) {
+        const int e = (g * Q8_T + j) * Q8_D + c;
+        const unsigned char* b = v8 + e / 32 * 34;
+        acc[c] += w * (signed char)b[2 + e % 32] * from_f16_bits((uint16_t)(b[0] | b[1] << 8));
+      }
+    }
+    for (int c = 0; c < Q8_D; ++c) {
+      const double diff = fabs(o[h][c] - acc[c] / sum);
+      if (diff > worst) worst = diff;
+    }
+  }
+  /* float32 arithmetic on exact inputs: a few ulps of |out| <= 1. */
+  CHECK(worst < 1e-5, "q8_0 decode off by %g", worst);
+  p.q.dtype = ATTN_Q8_0;
+  CHECK(attn_attention(&p, NULL) == ATTN_INVALID_ARGUMENT, "q8_0 Q accepted");
+  CHECK(strstr(attn_last_error(), "q.dtype") != NULL, "message: %s", attn_last_error());
+  p.q.dtype = ATTN_F32;
+  p.head_dim = 48;
+  CHECK(attn_attention(&p, NULL) == ATTN_INVALID_ARGUMENT, "head_dim 48 accepted");
+  CHECK(strstr(attn_last_error(), "head_dim must be a multiple of 32") != NULL, "message: %s",
+        attn_last_error());
+}
+
 static void test_tuning_file_errors_are_statuses(void) {
   /* A missing file is ignored by the library (defaults stay): a status and a
    * message naming the path, never a crash or an exception. */
@@ -366,6 +450,7 @@ int main(void) {
   test_invalid_dtype();
   test_round_inputs_to_bf16();
   test_score_modifiers();
+  test_q8_0();
   test_tuning_file_errors_are_statuses();
   CHECK(strlen(attn_version()) > 0, "empty version");
   CHECK(strlen(attn_current_target()) > 0, "empty target");

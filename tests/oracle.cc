@@ -24,7 +24,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kFloat32ExpZero = 104.0;
 
 // One row of a tensor of any element type, read as float (exact: every
-// bf16 / f16 value is a float).
+// bf16 / f16 value is a float, and so is a q8_0 element, int8 x binary16).
 struct Row {
   const void* data;
   DType type;
@@ -33,6 +33,11 @@ struct Row {
     switch (type) {
       case DType::kBF16: return FromBFloat16Bits(half[c]);
       case DType::kF16: return FromFloat16Bits(half[c]);
+      case DType::kQ8_0: {
+        const unsigned char* block = static_cast<const unsigned char*>(data) + c / 32 * 34;
+        const float scale = FromFloat16Bits(uint16_t(block[0] | (block[1] << 8)));
+        return float(static_cast<signed char>(block[2 + c % 32])) * scale;
+      }
       case DType::kF32: break;
     }
     return static_cast<const float*>(data)[c];
@@ -40,7 +45,7 @@ struct Row {
 };
 Row RowAt(const ConstTensor& t, int64_t b, int64_t h, int64_t i) {
   const int64_t offset = b * t.batch_stride + h * t.head_stride + i * t.row_stride;
-  return Row{static_cast<const char*>(t.data) + offset * DTypeSize(t.dtype), t.dtype};
+  return Row{static_cast<const char*>(t.data) + DTypeBytes(t.dtype, offset), t.dtype};
 }
 Row QRow(const Problem& p, int64_t b, int64_t h, int64_t i) { return RowAt(p.q, b, h, i); }
 int64_t KvHead(const Problem& p, int64_t h) { return h / (p.q_heads / p.kv_heads); }
@@ -418,19 +423,33 @@ std::string ValidityViolation(const Problem& p, const Options& o) {
     bool writable;
   };
   std::vector<Range> ranges;
+  // kv: K or V, which may be q8_0 (attn.h DType::kQ8_0: rows and strides
+  // of whole 32-element blocks, 34 bytes each); `cols_field` names its row
+  // length.
   auto tensor = [&](const std::string& n, const ConstTensor& t, int64_t heads, int64_t rows,
-                    int64_t cols, bool writable) -> std::string {
+                    int64_t cols, bool writable, bool kv = false,
+                    const std::string& cols_field = "") -> std::string {
     const void* data = t.data;
     const int64_t bs = t.batch_stride, hs = t.head_stride, rs = t.row_stride;
-    const int element_bytes = DTypeSize(t.dtype);
-    if (element_bytes == 0) return n + ".dtype";
+    const bool q8 = t.dtype == DType::kQ8_0;
+    const int element_bytes = q8 ? 34 : DTypeSize(t.dtype);
+    if (element_bytes == 0 || (q8 && !kv)) return n + ".dtype";
+    if (q8 && cols % 32 != 0) return cols_field;
     if (!data) return n + ".data";
     if (bs < 0) return n + ".batch_stride";
     if (hs < 0) return n + ".head_stride";
     if (rs < 0) return n + ".row_stride";
     if (rows > 1 && rs < cols) return n + ".row_stride";
+    if (q8 && bs % 32 != 0) return n + ".batch_stride";
+    if (q8 && hs % 32 != 0) return n + ".head_stride";
+    if (q8 && rs % 32 != 0) return n + ".row_stride";
     const Dim dims[4] = {{p.batch, bs}, {heads, hs}, {rows, rs}, {cols, 1}};
-    const __int128 bytes = SpanBytes(dims, 4, element_bytes);
+    // q8_0: the span in elements is whole blocks; 34 bytes each.
+    const __int128 elements = SpanBytes(dims, 4, 1);
+    const __int128 bytes = !q8 ? SpanBytes(dims, 4, element_bytes)
+                           : elements < 0 || elements / 32 * 34 > std::numeric_limits<int64_t>::max()
+                               ? -1
+                               : elements / 32 * 34;
     if (bytes < 0) return n;
     if (writable && MapsTwoToOne({dims, dims + 4})) return n;
     const __int128 begin = __int128(reinterpret_cast<uintptr_t>(data));
@@ -439,8 +458,14 @@ std::string ValidityViolation(const Problem& p, const Options& o) {
   };
   std::string why;
   if (!(why = tensor("q", p.q, p.q_heads, p.q_len, p.head_dim, false)).empty()) return why;
-  if (!(why = tensor("k", p.k, p.kv_heads, p.kv_len, p.head_dim, false)).empty()) return why;
-  if (!(why = tensor("v", p.v, p.kv_heads, p.kv_len, dv, false)).empty()) return why;
+  if (!(why = tensor("k", p.k, p.kv_heads, p.kv_len, p.head_dim, false, true, "head_dim")).empty()) {
+    return why;
+  }
+  if (!(why = tensor("v", p.v, p.kv_heads, p.kv_len, dv, false, true,
+                     p.value_dim ? "value_dim" : "head_dim"))
+           .empty()) {
+    return why;
+  }
   if (!(why = tensor("out", p.out, p.q_heads, p.q_len, dv, true)).empty()) return why;
   if (p.mask.data) {
     const AdditiveMask& m = p.mask;

@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 #include <sstream>
+#include <tuple>
 
 namespace attn::test {
 
@@ -38,10 +39,32 @@ void OwnedProblem::ClearOutputs() {
   std::fill(lse.begin(), lse.end(), kSentinel);
 }
 
+float DecodeQ8_0ForTest(const uint8_t* blocks, int64_t i) {
+  const uint8_t* block = blocks + i / 32 * 34;
+  const float scale = FromFloat16Bits(uint16_t(block[0] | (block[1] << 8)));
+  return float(static_cast<int8_t>(block[2 + i % 32])) * scale;
+}
+
+void QuantizeForTest(const float* x, int64_t n, uint8_t* out) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    uint8_t* block = out + b * 34;
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xb[j]));
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t bits = Float16Bits(d);
+    block[0] = uint8_t(bits & 0xff);
+    block[1] = uint8_t(bits >> 8);
+    for (int j = 0; j < 32; ++j) block[2 + j] = uint8_t(int8_t(std::roundf(xb[j] * id)));
+  }
+}
+
 float ElementAt(const ConstTensor& t, int64_t offset) {
   switch (t.dtype) {
     case DType::kBF16: return FromBFloat16Bits(static_cast<const uint16_t*>(t.data)[offset]);
     case DType::kF16: return FromFloat16Bits(static_cast<const uint16_t*>(t.data)[offset]);
+    case DType::kQ8_0: return DecodeQ8_0ForTest(static_cast<const uint8_t*>(t.data), offset);
     case DType::kF32: break;
   }
   return static_cast<const float*>(t.data)[offset];
@@ -58,8 +81,30 @@ void RoundTo(DType type, std::vector<float>& values, std::vector<uint16_t>& bits
     values[i] = type == DType::kBF16 ? FromBFloat16Bits(bits[i]) : FromFloat16Bits(bits[i]);
   }
 }
-// The tensor's data: the 16-bit bits when its type is bf16 / f16.
-void* DataOf(DType type, std::vector<float>& f32, std::vector<uint16_t>& bits) {
+// q8_0: `values` (whole blocks; padding blocks NaN) quantised into
+// `blocks`, the padding blocks given a NaN scale (a kernel that reads one
+// fails the comparison), and `values` replaced by what the bytes decode to.
+void QuantizeTo(std::vector<float>& values, std::vector<uint8_t>& blocks) {
+  const size_t n = values.size();
+  blocks.assign(n / 32 * 34, 0);
+  for (size_t b = 0; b < n / 32; ++b) {
+    const bool padding = std::isnan(values[b * 32]);
+    uint8_t* block = blocks.data() + b * 34;
+    if (padding) {
+      block[0] = 0x00;  // binary16 0x7e00: NaN
+      block[1] = 0x7e;
+      std::fill(block + 2, block + 34, uint8_t(0x7f));
+      continue;
+    }
+    QuantizeForTest(values.data() + b * 32, 32, block);
+    for (size_t j = 0; j < 32; ++j) values[b * 32 + j] = DecodeQ8_0ForTest(blocks.data(), b * 32 + j);
+  }
+}
+// The tensor's data: the 16-bit bits when its type is bf16 / f16, the
+// blocks for q8_0.
+void* DataOf(DType type, std::vector<float>& f32, std::vector<uint16_t>& bits,
+             std::vector<uint8_t>* blocks = nullptr) {
+  if (type == DType::kQ8_0) return blocks->data();
   return type == DType::kF32 ? static_cast<void*>(f32.data()) : static_cast<void*>(bits.data());
 }
 }  // namespace
@@ -95,8 +140,20 @@ OwnedProblem MakeProblem(const Shape& s) {
   const auto os = layout(s.q_heads, s.tq, dv, o.out, [] { return 0.0f; });
   o.lse.assign(size_t(s.batch * s.q_heads * s.tq), 0.0f);
   RoundTo(s.q_type, o.q, o.q16);
-  RoundTo(s.k_type, o.k, o.k16);
-  RoundTo(s.v_type, o.v, o.v16);
+  for (const auto& [type, cols, values, blocks, bits] :
+       {std::tuple<DType, int64_t, std::vector<float>*, std::vector<uint8_t>*, std::vector<uint16_t>*>{
+            s.k_type, s.d, &o.k, &o.k8, &o.k16},
+        {s.v_type, dv, &o.v, &o.v8, &o.v16}}) {
+    if (type != DType::kQ8_0) {
+      RoundTo(type, *values, *bits);
+      continue;
+    }
+    // Whole blocks only (the shape's own mistake otherwise, not the kernel's).
+    if (cols % 32 != 0 || s.row_padding % 32 != 0) {
+      ADD_FAILURE() << "a q8_0 tensor needs d, dv and row_padding multiples of 32: " << s.Name();
+    }
+    QuantizeTo(*values, *blocks);
+  }
   RoundTo(s.out_type, o.out, o.out16);
 
   Problem& p = o.problem;
@@ -108,8 +165,8 @@ OwnedProblem MakeProblem(const Shape& s) {
   p.head_dim = s.d;
   if (s.dv) p.value_dim = s.dv;
   p.q = ConstTensor{DataOf(s.q_type, o.q, o.q16), qs[0], qs[1], qs[2], s.q_type};
-  p.k = ConstTensor{DataOf(s.k_type, o.k, o.k16), ks[0], ks[1], ks[2], s.k_type};
-  p.v = ConstTensor{DataOf(s.v_type, o.v, o.v16), vs[0], vs[1], vs[2], s.v_type};
+  p.k = ConstTensor{DataOf(s.k_type, o.k, o.k16, &o.k8), ks[0], ks[1], ks[2], s.k_type};
+  p.v = ConstTensor{DataOf(s.v_type, o.v, o.v16, &o.v8), vs[0], vs[1], vs[2], s.v_type};
   p.out = Tensor{DataOf(s.out_type, o.out, o.out16), os[0], os[1], os[2], s.out_type};
   p.lse = LseOutput{o.lse.data(), s.q_heads * s.tq, s.tq, 1};
   p.causal = s.causal;

@@ -4,7 +4,9 @@
 //
 // One problem description (attn::Problem) and one entry point
 // (attn::attention) serve every kernel. Q, K, V and O are each float32,
-// bfloat16 or float16 (IEEE binary16), independently (attn::DType); the mask
+// bfloat16 or float16 (IEEE binary16), independently (attn::DType), and K
+// and V may also be ggml's 8-bit q8_0 blocks (a llama.cpp KV cache, read in
+// place); the mask
 // and lse are float32 and every kernel accumulates in float32 (the
 // precision contract is in the README). Tensors are addressed through
 // element strides, so [B,H,T,d], [B,T,H,d] and padded rows (a KV cache with
@@ -29,14 +31,45 @@ enum class DType : int {
   kF32 = 0,   // IEEE binary32
   kBF16 = 1,  // bfloat16: the top 16 bits of a binary32 (8-bit exponent)
   kF16 = 2,   // IEEE binary16 (5-bit exponent, 10 mantissa bits)
+  // ggml's q8_0 (llama.cpp's 8-bit KV cache), for K and V only: a row of n
+  // elements is n / 32 blocks of 34 bytes, each an IEEE binary16 scale s
+  // (little-endian) followed by 32 int8 values q[0..31]; element i of a
+  // block is q[i] · s (exact in float32: 8 x 11 significant bits). The
+  // row's length (head_dim for K, value_dim for V) must be a multiple of
+  // 32. Strides stay in elements and must be multiples of 32 (whole
+  // blocks): an offset of e elements is e / 32 · 34 bytes (DTypeBytes).
+  // Q and O can never be q8_0 (attn::Error naming q.dtype / out.dtype).
+  kQ8_0 = 3,
 };
-// "f32", "bf16", "f16"; "?" for a value outside the enum.
+// "f32", "bf16", "f16", "q8_0"; "?" for a value outside the enum.
 const char* DTypeName(DType type);
-// Parses "f32", "bf16" or "f16" (also "float32", "bfloat16", "float16");
-// throws Error (field "dtype") naming the accepted names.
+// Parses "f32", "bf16", "f16" or "q8_0" (also "float32", "bfloat16",
+// "float16"); throws Error (field "dtype") naming the accepted names.
 DType ParseDType(const std::string& name);
-// Bytes per element: 4 or 2 (0 for a value outside the enum).
+// Bytes per element: 4 or 2; 0 for q8_0, whose elements come in blocks
+// (DTypeBlockBytes), and for a value outside the enum.
 int DTypeSize(DType type);
+// The storage unit of a type: DTypeBlockElements elements in
+// DTypeBlockBytes bytes. 1 element in 4 or 2 bytes for f32 / bf16 / f16;
+// 32 in 34 for q8_0 (0 and 0 outside the enum).
+int DTypeBlockElements(DType type);
+int DTypeBlockBytes(DType type);
+// Bytes of `elements` consecutive elements (a multiple of
+// DTypeBlockElements): elements / block elements · block bytes.
+int64_t DTypeBytes(DType type, int64_t elements);
+
+// ggml's q8_0 quantiser, exactly its reference (quantize_row_q8_0_ref):
+// for each block of 32 values, amax = max |x|, s = amax / 127, and
+// q[i] = roundf(x[i] / s) (x[i] · (1 / s) in float32, rounded half away
+// from zero; 0 when s is 0), the scale stored as s rounded to binary16 (to
+// nearest even). `n` must be a multiple of 32 (Error field "n") and every
+// x finite with a block's scale within binary16's range, amax < 65520 · 127
+// (Error field "x[i]" naming the first offender); `out` receives
+// n / 32 · 34 bytes, nothing when an Error is thrown.
+void QuantizeQ8_0(const float* x, int64_t n, void* out);
+// The values of n elements of q8_0 blocks (n a multiple of 32, Error field
+// "n"): out[i] = q[i] · s, exactly.
+void DequantizeQ8_0(const void* blocks, int64_t n, float* out);
 
 // Conversions between float and the 16-bit types' bit patterns, as the
 // kernels do them: widening is exact; narrowing rounds to nearest, ties to
@@ -49,7 +82,8 @@ float FromFloat16Bits(uint16_t bits);
 
 // A read-only tensor of logical shape [batch, heads, rows, cols] with cols
 // contiguous, of element type `dtype`. Strides are in elements (not bytes)
-// and may be 0 (broadcast) for batch/heads.
+// and may be 0 (broadcast) for batch/heads; for q8_0 they are multiples of
+// 32 (whole blocks; see DType::kQ8_0).
 struct ConstTensor {
   const void* data = nullptr;
   int64_t batch_stride = 0;

@@ -55,7 +55,12 @@ typedef enum attn_kernel_t {
 typedef enum attn_dtype_t {
   ATTN_F32 = 0,  /**< IEEE binary32 */
   ATTN_BF16 = 1, /**< bfloat16 (uint16_t bit patterns) */
-  ATTN_F16 = 2   /**< IEEE binary16 (uint16_t bit patterns, or _Float16) */
+  ATTN_F16 = 2,  /**< IEEE binary16 (uint16_t bit patterns, or _Float16) */
+  /** ggml's q8_0 blocks, K and V only (llama.cpp's block_q8_0: 32 elements
+   * in 34 bytes, a binary16 scale then 32 int8). Rows (head_dim, value_dim)
+   * and strides are multiples of 32 elements; an offset of e elements is
+   * e / 32 * 34 bytes. */
+  ATTN_Q8_0 = 3
 } attn_dtype_t;
 
 /** Read-only tensor [batch, heads, rows, cols], cols contiguous, of element
@@ -167,6 +172,15 @@ attn_status_t attn_force_target(const char* name);
 
 /** The library version, e.g. "0.1.0". Static string. */
 const char* attn_version(void);
+
+/** ggml's q8_0 quantiser (attn::QuantizeQ8_0, its quantize_row_q8_0_ref):
+ * n floats (a multiple of 32, finite, each block's max |x| / 127 within
+ * binary16's range) into n / 32 * 34 bytes at out. Nothing is written on
+ * any status other than ATTN_OK. */
+attn_status_t attn_quantize_q8_0(const float* x, int64_t n, void* out);
+/** The values of n elements (a multiple of 32) of q8_0 blocks: out[i] =
+ * int8 * scale, exactly. */
+attn_status_t attn_dequantize_q8_0(const void* blocks, int64_t n, float* out);
 
 /* ---- Serving calls: variable-length batches and paged KV caches ----------
  * The C forms of attn::VarlenProblem / attn::PagedProblem (attn/serving.h,

@@ -25,7 +25,9 @@
 //   h / (q_heads / kv_heads). K and V are never copied or repeated.
 // - Element types: Q, K, V (or the pools), the new k/v and O are each f32,
 //   bf16 or f16, independently (attn::DType), with attn::attention's
-//   precision contract (docs/precision.md). lse is float32.
+//   precision contract (docs/precision.md); K, V, the pools and the new k/v
+//   may also be q8_0 (ggml's blocks: head_dim / value_dim and their strides
+//   multiples of 32, see attn::DType::kQ8_0). lse is float32.
 // - Strides are in elements. The last dimension (d, d_v) is contiguous.
 // - Errors: every invalid field throws attn::Error naming it and its value
 //   (e.g. "attn: cu_seqlens_k[3] must be >= cu_seqlens_k[2] (70) (offsets
@@ -166,7 +168,11 @@ struct PagedProblem {
   // [cache_seqlens[b], cache_seqlens[b] + T_new(b)) before attention (k_new
   // and v_new both, or neither): packed [total_new, kv_heads, head_dim /
   // value_dim] with cu_seqlens_new or a uniform new_len, like the queries.
-  // Values are rounded once to the pool's dtype (to nearest even). All
+  // Values are rounded once to the pool's dtype (to nearest even); into a
+  // q8_0 pool they are quantised per block as attn::QuantizeQ8_0 does (and
+  // must be quantisable: finite, |x| < 65520 · 127, else an Error naming
+  // the element), or copied block for block when k_new / v_new are q8_0
+  // too. All
   // appends complete before any attention reads, so a sequence reading a
   // page another sequence appends into sees the appended tokens; but no
   // page may be appended into by two sequences (an error). The pools must

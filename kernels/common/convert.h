@@ -1,5 +1,6 @@
 // Scalar conversions between float and the 16-bit element types (bfloat16,
-// IEEE binary16), and element access through a (pointer, DType) pair. Plain
+// IEEE binary16), ggml's q8_0 blocks (decoding, and its reference
+// quantiser), and element access through a (pointer, DType) pair. Plain
 // C++ (no Highway): the kernels' scalar edges (packing Q, writing O, the
 // naive kernel, merging) and the public BFloat16Bits & co. use them; the
 // SIMD paths widen whole vectors with Highway's PromoteTo, which gives the
@@ -11,6 +12,8 @@
 // f16 overflows to ±inf from 65520 up, and f16 subnormals are produced.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -75,34 +78,100 @@ inline uint16_t F16FromFloat(float f) {
   return uint16_t(sign | (x >> 13));
 }
 
-// Element i of a tensor of type t at base (i in elements).
+// ggml's q8_0 blocks (attn.h DType::kQ8_0): 32 elements in 34 bytes, the
+// binary16 scale first.
+inline constexpr int64_t kQ8_0BlockElements = 32;
+inline constexpr int64_t kQ8_0BlockBytes = 34;
+
+// The scale of the q8_0 block at `block`, widened (exactly).
+inline float Q8_0Scale(const void* block) {
+  uint16_t bits;
+  std::memcpy(&bits, block, sizeof bits);
+  return FloatFromF16(bits);
+}
+// Element i of the q8_0 row at base: q[i % 32] · scale of block i / 32.
+inline float LoadQ8_0Element(const void* base, int64_t i) {
+  const unsigned char* block =
+      static_cast<const unsigned char*>(base) + (i / kQ8_0BlockElements) * kQ8_0BlockBytes;
+  const int8_t q = static_cast<int8_t>(block[2 + i % kQ8_0BlockElements]);
+  return float(q) * Q8_0Scale(block);
+}
+
+// One block of ggml's quantize_row_q8_0_ref (attn.h QuantizeQ8_0): x[0..31]
+// into the 34 bytes at out. The caller has checked that x is finite and the
+// scale within binary16's range (Q8_0BlockScaleFits).
+inline void QuantizeQ8_0Block(const float* x, void* out) {
+  float amax = 0.0f;
+  for (int64_t j = 0; j < kQ8_0BlockElements; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  unsigned char* block = static_cast<unsigned char*>(out);
+  const uint16_t bits = F16FromFloat(d);
+  std::memcpy(block, &bits, sizeof bits);
+  for (int64_t j = 0; j < kQ8_0BlockElements; ++j) {
+    block[2 + j] = static_cast<unsigned char>(static_cast<int8_t>(std::roundf(x[j] * id)));
+  }
+}
+// Whether QuantizeQ8_0Block may take x[0..31]: every value finite and the
+// scale amax / 127 finite once rounded to binary16 (below 65520). Returns
+// the index of the first value that breaks it, or -1.
+inline int64_t Q8_0BlockUnfit(const float* x) {
+  float amax = 0.0f;
+  int64_t at = -1;
+  for (int64_t j = 0; j < kQ8_0BlockElements; ++j) {
+    if (!std::isfinite(x[j])) return j;
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      at = j;
+    }
+  }
+  return (F16FromFloat(amax / 127.0f) & 0x7fffu) == 0x7c00u ? at : -1;
+}
+
+// Element i of a tensor of type t at base (i in elements; for q8_0, the
+// row's blocks start at base).
 inline float LoadElement(const void* base, DType t, int64_t i) {
   switch (t) {
     case DType::kBF16: return FloatFromBF16(static_cast<const uint16_t*>(base)[i]);
     case DType::kF16: return FloatFromF16(static_cast<const uint16_t*>(base)[i]);
+    case DType::kQ8_0: return LoadQ8_0Element(base, i);
     case DType::kF32: break;
   }
   return static_cast<const float*>(base)[i];
 }
 
+// Element i of an output of type t (float32, bf16, f16). q8_0 is never an
+// output (validation rejects it): its blocks are written whole, by
+// QuantizeQ8_0Block.
 inline void StoreElement(void* base, DType t, int64_t i, float value) {
   switch (t) {
     case DType::kBF16: static_cast<uint16_t*>(base)[i] = BF16FromFloat(value); return;
     case DType::kF16: static_cast<uint16_t*>(base)[i] = F16FromFloat(value); return;
+    case DType::kQ8_0: return;
     case DType::kF32: break;
   }
   static_cast<float*>(base)[i] = value;
 }
 
-// Bytes per element (attn::DTypeSize for a valid type, inline).
-inline int64_t ElementBytes(DType t) { return t == DType::kF32 ? 4 : 2; }
+// Bytes of `elements` consecutive elements of type t (attn::DTypeBytes,
+// inline): 4 or 2 an element, or elements / 32 · 34 for q8_0 (elements a
+// multiple of 32, as validation guarantees for every row offset).
+inline int64_t BytesOf(DType t, int64_t elements) {
+  switch (t) {
+    case DType::kF32: return elements * 4;
+    case DType::kQ8_0: return elements / kQ8_0BlockElements * kQ8_0BlockBytes;
+    case DType::kBF16:
+    case DType::kF16: break;
+  }
+  return elements * 2;
+}
 
 // base advanced by `elements` elements of type t.
 inline const void* ElementOffset(const void* base, DType t, int64_t elements) {
-  return static_cast<const char*>(base) + elements * (t == DType::kF32 ? 4 : 2);
+  return static_cast<const char*>(base) + BytesOf(t, elements);
 }
 inline void* ElementOffset(void* base, DType t, int64_t elements) {
-  return static_cast<char*>(base) + elements * (t == DType::kF32 ? 4 : 2);
+  return static_cast<char*>(base) + BytesOf(t, elements);
 }
 
 }  // namespace attn::internal

@@ -14,6 +14,13 @@
 // key tile once per (query block, tile) into a float32 copy (WidenRows), at
 // one load, one conversion and one store per vector, against 2·q_block
 // FMAs per element of the tile.
+//
+// ggml's q8_0 blocks (attn.h DType::kQ8_0) come in the same two ways:
+// LoadQ8_0Ints and Q8_0ScaleVec give a vector of a block's int8 values as
+// float32 and its binary16 scale broadcast, and q · scale is exact in
+// float32 (8 x 11 significant bits), so a q8_0 element, too, enters the
+// float32 arithmetic as exactly the value the reference decodes; WidenRows
+// dequantises a tile (34 bytes read per 32 elements).
 #if defined(ATTN_KERNELS_COMMON_WIDEN_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_KERNELS_COMMON_WIDEN_INL_H_
 #undef ATTN_KERNELS_COMMON_WIDEN_INL_H_
@@ -37,13 +44,16 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // Calls f(T()) with T the storage type of `type` as Highway's vectors see
 // it (float, hwy::bfloat16_t, hwy::float16_t): one switch per call, then
-// code templated on the type.
+// code templated on the type. For the element types: q8_0 blocks are never
+// passed here (Q and O cannot be q8_0; K and V go through
+// WithKvStorageType or WidenRows).
 template <class F>
 HWY_INLINE void WithStorageType(DType type, const F& f) {
   switch (type) {
     case DType::kBF16: return f(hwy::bfloat16_t());
     case DType::kF16: return f(hwy::float16_t());
-    case DType::kF32: break;
+    case DType::kF32:
+    case DType::kQ8_0: break;
   }
   f(float());
 }
@@ -69,6 +79,42 @@ HWY_INLINE hn::Vec<D> WidenF16Bits(D d, hn::Vec<hn::RebindToUnsigned<D>> h) {
       hn::IfThenElse(hn::Eq(exponent, hn::Zero(du)), subnormal,
                      hn::IfThenElse(hn::Eq(exponent, hn::Set(du, 0x7c00u)), special, normal));
   return hn::BitCast(d, hn::Or(bits, hn::ShiftLeft<16>(hn::And(h, hn::Set(du, 0x8000u)))));
+}
+
+// q8_0 rows as the templated row loops see them: a pointer to Q8_0Block
+// steps whole blocks. Strides and column offsets stay in elements (always
+// whole blocks: validation) and Advance turns them into blocks.
+struct Q8_0Block {
+  uint8_t bytes[internal::kQ8_0BlockBytes];  // binary16 scale, then 32 int8
+};
+static_assert(sizeof(Q8_0Block) == internal::kQ8_0BlockBytes, "ggml's 34-byte block");
+
+template <typename T>
+constexpr bool IsQ8_0() {
+  return hwy::IsSame<T, Q8_0Block>();
+}
+
+// p advanced by `elements` elements of its type (for q8_0 a multiple of 32).
+template <typename T>
+HWY_INLINE const T* Advance(const T* p, int64_t elements) {
+  if constexpr (IsQ8_0<T>()) {
+    return p + elements / internal::kQ8_0BlockElements;
+  } else {
+    return p + elements;
+  }
+}
+
+// Calls f(T()) with T the storage type of a K or V tensor: the element
+// types of WithStorageType, or Q8_0Block for q8_0.
+template <class F>
+HWY_INLINE void WithKvStorageType(DType type, const F& f) {
+  switch (type) {
+    case DType::kBF16: return f(hwy::bfloat16_t());
+    case DType::kF16: return f(hwy::float16_t());
+    case DType::kQ8_0: return f(Q8_0Block());
+    case DType::kF32: break;
+  }
+  f(float());
 }
 
 // Whether this target's PromoteTo from f16 is F16C's exact vcvtph2ps (AVX2,
@@ -125,6 +171,70 @@ HWY_INLINE float WidenScalar(const T* HWY_RESTRICT p) {
   }
 }
 
+// Lanes(d) int8 values of a q8_0 block at p (any alignment), as float32.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadQ8_0Ints(D d, const uint8_t* HWY_RESTRICT p) {
+  const hn::Rebind<int8_t, D> di8;
+  const hn::RebindToSigned<D> di32;
+  return hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, reinterpret_cast<const int8_t*>(p))));
+}
+
+// The binary16 scale of a q8_0 block, widened exactly, in every lane. F16C
+// (AVX2, AVX-512) converts the broadcast bits; other targets decode them
+// with WidenF16Bits (x86 without F16C) or in scalar code (where the half
+// type is native, so no vector of f16 bits is needed).
+template <class D>
+HWY_INLINE hn::Vec<D> Q8_0ScaleVec(D d, const Q8_0Block* HWY_RESTRICT block) {
+  uint16_t bits;
+  hwy::CopyBytes<2>(block->bytes, &bits);
+#if HWY_ARCH_X86 && (HWY_TARGET == HWY_AVX2 || HWY_TARGET <= HWY_AVX3)
+  const hn::Rebind<uint16_t, D> du16;
+  const hn::Rebind<hwy::float16_t, D> df16;
+  return hn::PromoteTo(d, hn::BitCast(df16, hn::Set(du16, bits)));
+#elif HWY_ARCH_X86
+  const hn::RebindToUnsigned<D> du;
+  return WidenF16Bits(d, hn::Set(du, uint32_t(bits)));
+#else
+  return hn::Set(d, internal::FloatFromF16(bits));
+#endif
+}
+
+// Whether the q8_0 vector loops apply: whole vectors tile a block (every
+// fixed-width target; a scalable vector of, say, 12 lanes takes the scalar
+// code instead).
+template <class D>
+HWY_INLINE bool Q8_0VectorsTileBlocks(D d) {
+  const size_t N = hn::Lanes(d);
+  return N <= size_t(internal::kQ8_0BlockElements) && size_t(internal::kQ8_0BlockElements) % N == 0;
+}
+
+// dst[r][c] = q8_0 element c of row r, r < rows, c < cols (cols a multiple
+// of 32; src rows src_stride elements apart, dst rows dst_stride floats).
+HWY_INLINE void DequantizeQ8_0Rows(const Q8_0Block* HWY_RESTRICT src, int64_t src_stride,
+                                   int64_t rows, int64_t cols, float* HWY_RESTRICT dst,
+                                   int64_t dst_stride) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  const bool vectors = Q8_0VectorsTileBlocks(df);
+  for (int64_t r = 0; r < rows; ++r) {
+    const Q8_0Block* HWY_RESTRICT row = Advance(src, r * src_stride);
+    float* HWY_RESTRICT o = dst + r * dst_stride;
+    for (int64_t c0 = 0; c0 < cols; c0 += internal::kQ8_0BlockElements) {
+      const Q8_0Block* HWY_RESTRICT block = Advance(row, c0);
+      if (vectors) {
+        const auto scale = Q8_0ScaleVec(df, block);
+        for (int64_t c = 0; c < internal::kQ8_0BlockElements; c += N) {
+          hn::StoreU(hn::Mul(LoadQ8_0Ints(df, block->bytes + 2 + c), scale), df, o + c0 + c);
+        }
+      } else {
+        for (int64_t c = 0; c < internal::kQ8_0BlockElements; ++c) {
+          o[c0 + c] = internal::LoadQ8_0Element(block, c);
+        }
+      }
+    }
+  }
+}
+
 // dst[r][c] = src[r][c] widened, r < rows, c < cols (src row stride in its
 // elements, dst rows dst_stride floats apart).
 template <typename T>
@@ -148,11 +258,15 @@ struct FloatRows {
 };
 
 // The rows [0, rows) x [0, cols) of a tensor of element type `type`: in
-// place when it is float32, else widened into `scratch` (rows x cols floats,
-// stride cols).
+// place when it is float32, else widened (q8_0: dequantised) into
+// `scratch` (rows x cols floats, stride cols).
 HWY_INLINE FloatRows WidenRows(const void* src, DType type, int64_t src_stride, int64_t rows,
                                int64_t cols, float* HWY_RESTRICT scratch) {
   if (type == DType::kF32) return {static_cast<const float*>(src), src_stride};
+  if (type == DType::kQ8_0) {
+    DequantizeQ8_0Rows(static_cast<const Q8_0Block*>(src), src_stride, rows, cols, scratch, cols);
+    return {scratch, cols};
+  }
   WithStorageType(type, [&](auto tag) {
     using T = decltype(tag);
     WidenRowsOf(static_cast<const T*>(src), src_stride, rows, cols, scratch, cols);

@@ -29,7 +29,8 @@
 // through registers, its V rows once per column chunk: from L1 after the
 // first chunk); q, o and the scores stay in L1. bf16 / f16 K and V are
 // loaded as they are and widened in registers (widen-inl.h LoadWide): decode
-// reads half the bytes of float32. Extra memory:
+// reads half the bytes of float32; ggml's q8_0 K and V take the passes of
+// narrow_q8-inl.h (0.53 of f16's bytes). Extra memory:
 // R·(d + kv_block + dv + padding) floats (NarrowScratch).
 //
 // Decode from DRAM against attn-bench's read probe (bw_frac), measured on
@@ -263,11 +264,11 @@ HWY_INLINE void NarrowScoreBlock(const NarrowScratch& scratch, int64_t row0, int
 HWY_INLINE void PrefetchRows(const void* HWY_RESTRICT rows, DType type, int64_t stride,
                              int64_t count, int64_t cols) {
   const char* HWY_RESTRICT base = static_cast<const char*>(rows);
-  const int64_t size = internal::ElementBytes(type);
+  const int64_t row_step = internal::BytesOf(type, stride), row_bytes = internal::BytesOf(type, cols);
   for (int64_t j = 0; j < count; ++j) {
-    const char* HWY_RESTRICT row = base + j * stride * size;
-    for (int64_t byte = 0; byte < cols * size; byte += 64) hwy::Prefetch(row + byte);
-    hwy::Prefetch(row + cols * size - 1);
+    const char* HWY_RESTRICT row = base + j * row_step;
+    for (int64_t byte = 0; byte < row_bytes; byte += 64) hwy::Prefetch(row + byte);
+    hwy::Prefetch(row + row_bytes - 1);
   }
 }
 
@@ -278,10 +279,10 @@ HWY_INLINE void PrefetchRows(const void* HWY_RESTRICT rows, DType type, int64_t 
 // the same tile's scores, measured 5-15% slower (MHA decode, T_k = 32768;
 // all on AMD EPYC Zen 3, AVX2). Measured for float32 K: the distance is in
 // bytes ahead (16 keys of float32 rows), so a 16-bit K is requested 32 keys
-// ahead (KeyPrefetchDistance).
+// ahead, a q8_0 K 60 (KeyPrefetchDistance; any whole number of q8_0 blocks).
 constexpr int64_t kKeyPrefetchDistance = 16;
 HWY_INLINE int64_t KeyPrefetchDistance(DType k_type) {
-  return kKeyPrefetchDistance * 4 / internal::ElementBytes(k_type);
+  return kKeyPrefetchDistance * internal::BytesOf(DType::kF32, 32) / internal::BytesOf(k_type, 32);
 }
 
 // Scores of a tile: blocks of KB keys, then the rest one at a time, with the
@@ -292,7 +293,7 @@ HWY_INLINE void NarrowScoreTile(const NarrowScratch& scratch, int64_t row0, int6
                                 int64_t keys, int64_t keys_left, const void* HWY_RESTRICT v,
                                 DType v_type, int64_t v_stride, int64_t dv, bool prefetch) {
   constexpr int KB = NarrowKeysPerBlock<R>();
-  const int64_t v_row_bytes = v_stride * internal::ElementBytes(v_type);
+  const int64_t v_row_bytes = internal::BytesOf(v_type, v_stride);
   const char* HWY_RESTRICT v_bytes = static_cast<const char*>(v);
   const int64_t ahead = KeyPrefetchDistance(k_type);
   int64_t j = 0;
@@ -420,6 +421,18 @@ HWY_INLINE void NarrowSoftmaxRow(float* HWY_RESTRICT s, int64_t keys, NarrowRowS
   stats.max = new_max;
 }
 
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
+HWY_AFTER_NAMESPACE();
+
+// q8_0 K and V (ggml's blocks): the score and mix passes, built on the
+// pieces above (its own per-target include guard).
+#include "kernels/streaming/narrow_q8-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attn {
+namespace HWY_NAMESPACE {
+
 // One tile of keys [j0, j0 + keys) for the R rows [row0, row0 + R) of a
 // view: scores, mask and causal limits, online softmax, mix.
 template <int R>
@@ -428,12 +441,21 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
                                 NarrowRowStats* HWY_RESTRICT stats) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
   // The first group of the tile brings its K and V rows into the cache.
-  WithStorageType(h.k_type, [&](auto tag) {
-    using TK = decltype(tag);
-    NarrowScoreTile<R>(scratch, row0, h.d, static_cast<const TK*>(h.KRow(j0)), h.k_type,
-                       h.k_stride, keys, key_end - j0, h.VRow(j0), h.v_type, h.v_stride, h.dv,
-                       /*prefetch=*/row0 == 0);
-  });
+  // q8_0 K or V: narrow_q8-inl.h (one branch per tile).
+  if (h.k_type == DType::kQ8_0) {
+    NarrowScoreTileQ8_0<R>(scratch, row0, h.d, static_cast<const uint8_t*>(h.KRow(j0)),
+                           internal::BytesOf(h.k_type, h.k_stride), keys, key_end - j0,
+                           static_cast<const uint8_t*>(h.VRow(j0)),
+                           internal::BytesOf(h.v_type, h.v_stride),
+                           internal::BytesOf(h.v_type, h.dv), /*prefetch=*/row0 == 0);
+  } else {
+    WithStorageType(h.k_type, [&](auto tag) {
+      using TK = decltype(tag);
+      NarrowScoreTile<R>(scratch, row0, h.d, static_cast<const TK*>(h.KRow(j0)), h.k_type,
+                         h.k_stride, keys, key_end - j0, h.VRow(j0), h.v_type, h.v_stride, h.dv,
+                         /*prefetch=*/row0 == 0);
+    });
+  }
   const bool modified = h.HasScoreModifiers();
   for (int64_t r = row0; r < row0 + R; ++r) {
     float* HWY_RESTRICT s = scratch.s(r);
@@ -450,6 +472,11 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
     for (int64_t j = visible; j < keys; ++j) s[j] = neg_inf;
     if (modified) WindowRow(h, r, j0, keys, s);
     NarrowSoftmaxRow(s, keys, stats[r], scratch.o(r), h.dv);
+  }
+  if (h.v_type == DType::kQ8_0) {
+    NarrowMixTileQ8_0<R>(scratch, row0, keys, static_cast<const uint8_t*>(h.VRow(j0)),
+                         internal::BytesOf(h.v_type, h.v_stride), h.dv);
+    return;
   }
   WithStorageType(h.v_type, [&](auto tag) {
     using TV = decltype(tag);
@@ -487,7 +514,7 @@ HWY_INLINE void NarrowHead(const internal::HeadView& h, const Tiles& tiles,
   // even from L2 (kv_block 128 at d = 128 ran at a quarter of the speed for
   // 4 rows, float32 V).
   const int64_t l1_keys = std::max<int64_t>(
-      8, (16 * 1024) / (internal::ElementBytes(h.v_type) * std::max<int64_t>(1, h.dv)));
+      8, (16 * 1024) / std::max<int64_t>(1, internal::BytesOf(h.v_type, h.dv)));
   const int64_t kv_block = std::max<int64_t>(1, std::min<int64_t>(tiles.kv_block, l1_keys));
   scratch.Reserve(rows, h.d, kv_block, h.dv);
   NarrowRowStats* HWY_RESTRICT stats = scratch.stats();

@@ -1,0 +1,343 @@
+// The narrow (decode) path over ggml's q8_0 K and V (attn.h DType::kQ8_0),
+// per Highway target (per-target include guard below): the score and mix
+// passes of narrow-inl.h with the rows read as 34-byte blocks of 32 int8
+// and a binary16 scale. narrow-inl.h includes this file after its own
+// building blocks (NarrowScratch, the reductions, the key and column
+// blockings) and calls these for a q8_0 K or V; the branch is taken once
+// per tile, at compile time, so the f32 / bf16 / f16 code is unchanged.
+//
+// Algorithm: the same as narrow-inl.h's, lanes along the head dimension.
+// Scores: for each block of 32 elements, the block's scale is broadcast
+// once per key (Q8_0ScaleVec: vpbroadcastw + vcvtph2ps on AVX2 / AVX-512)
+// and its int8 values loaded as int32 (vpmovsxbd), converted to float and
+// multiplied by the scale: the exact element values, which then enter the
+// same float32 FMAs, accumulators and reductions (SumBlocksOfFour) as
+// float32 K, so the precision contract (docs/precision.md) is unchanged.
+// The chunk's q vectors stay in registers across the block of keys, so
+// R rows share each dequantised K vector. Mix: each V vector dequantised
+// the same way once per key and column chunk, shared by the R rows' FMAs.
+// Hidden keys (weight -0) are found with one vector compare per 16
+// weights, not one scalar test per weight.
+//
+// Memory traffic: K and V are read once per view, 34 bytes per 32
+// elements (1.0625 bytes an element, scales included: 0.53 of f16's,
+// 0.27 of float32's); K rows are prefetched ahead and V rows during the
+// same tile's scores as narrow-inl.h does, the distance in bytes (60 q8_0
+// keys at any d: KeyPrefetchDistance), a contiguous run of rows (the
+// usual dense cache) as one span of cache lines.
+//
+// Measured on AMD EPYC Zen 5 (family 26 model 2, AVX3, 48 KiB L1D, 1 MiB
+// L2; a 2-core VM whose other core was busy with builds throughout, so
+// single runs move by +-15% and only alternated runs in one process
+// count), one thread, d = 128:
+// - decode from DRAM, T_k = 32768, attn-bench streaming rows, 5
+//   repetitions interleaved (bench/README.md), read probe 37.8 GB/s:
+//   16 heads f16 77.1 tok/s (median; bw_frac 0.55), q8_0 128.3 (0.48):
+//   1.66x; GQA 32/8 f16 143.7 (0.51), q8_0 205.9 (0.39): 1.43x. Issue
+//   24's bar is 1.7x: not reached for GQA, within the noise of it for 16
+//   heads (see below for why);
+// - the same code from L2 (4 heads x 256 keys, GQA 8/2 x 512; a scratch
+//   driver timing attention() in a loop): 16-head-like views 107 M keys/s
+//   (27.5 G elements/s) against f16's 101 M, GQA groups of 4 rows 56 M
+//   (14.4 G elements/s) against f16's 49 M. A GQA group is bound by
+//   compute, at the same rate from L2 as from DRAM (13.8 G elements/s
+//   there), so its tokens/s over f16's is its compute speed over f16's
+//   from DRAM, 1.4-1.5x; 16 heads from DRAM is 1 / (1 / probe + 1 /
+//   cached rate), as narrow-inl.h's measurements found for f32 and f16.
+// Per key and row group the arithmetic is what it must be: per 16
+// elements, one int8 load-and-extend, one conversion and one multiply by
+// the scale, shared by the group's rows, then one FMA per row (f16: one
+// conversion); with 4 rows that is 80 FMA/multiply-pipe operations a key,
+// 40 cycles at two a cycle, where the group takes ~66 (f32 groups: ~94
+// against 32).
+// Measured and not kept:
+// - folding the scale into the dot products for one row (K: the chunk's
+//   q · int8 sum times the scale, one multiply per block instead of one
+//   per vector, with a per-tile check that every scale is finite, since
+//   inf · sum differs from the sum of q · (int8 · inf); V: the weight times
+//   the block's scale, then FMAs with the int8 values): 82-84 M keys/s
+//   from L2 against 105-108 for dequantising each vector, and V alone
+//   folded 95: the extra dependent multiply per block, and the scale
+//   check, cost more than the multiplies they save;
+// - K prefetched 16, 60 (the rule), 120, 240 or 480 keys ahead (T_k =
+//   32768, one process each): 107-117 tok/s for 16 heads and 162-189 for
+//   GQA, all within the noise of one another.
+#if defined(ATTN_KERNELS_STREAMING_NARROW_Q8_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTN_KERNELS_STREAMING_NARROW_Q8_INL_H_
+#undef ATTN_KERNELS_STREAMING_NARROW_Q8_INL_H_
+#else
+#define ATTN_KERNELS_STREAMING_NARROW_Q8_INL_H_
+#endif
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+#include "kernels/common/convert.h"    // kQ8_0BlockElements, LoadQ8_0Element
+#include "kernels/common/widen-inl.h"  // Q8_0Block, Q8_0ScaleVec, LoadQ8_0Ints
+
+HWY_BEFORE_NAMESPACE();
+namespace attn {
+namespace HWY_NAMESPACE {
+
+// Requests `count` q8_0 rows of `row_bytes` bytes, `row_step` bytes apart,
+// into the cache: one span of lines when the rows are contiguous.
+HWY_INLINE void PrefetchQ8_0Rows(const uint8_t* HWY_RESTRICT rows, int64_t row_step,
+                                 int64_t count, int64_t row_bytes) {
+  if (count <= 0) return;
+  if (row_step == row_bytes) {
+    const int64_t bytes = count * row_bytes;
+    for (int64_t byte = 0; byte < bytes; byte += 64) hwy::Prefetch(rows + byte);
+    hwy::Prefetch(rows + bytes - 1);
+    return;
+  }
+  for (int64_t j = 0; j < count; ++j) {
+    const uint8_t* HWY_RESTRICT row = rows + j * row_step;
+    for (int64_t byte = 0; byte < row_bytes; byte += 64) hwy::Prefetch(row + byte);
+    hwy::Prefetch(row + row_bytes - 1);
+  }
+}
+
+// Scores of R rows against KB q8_0 keys at k (rows k_step bytes apart):
+// s(r)[j0 + b] for b < KB. d is a multiple of 32.
+template <int R, int KB>
+HWY_INLINE void NarrowScoreBlockQ8_0(const NarrowScratch& scratch, int64_t row0, int64_t d,
+                                     const uint8_t* HWY_RESTRICT k, int64_t k_step, int64_t j0) {
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  constexpr int64_t kBlock = internal::kQ8_0BlockElements;
+  constexpr int64_t kBlockBytes = internal::kQ8_0BlockBytes;
+  if (!Q8_0VectorsTileBlocks(df)) {  // scalar (no fixed-width target comes here)
+    for (int r = 0; r < R; ++r) {
+      const float* HWY_RESTRICT q = scratch.q(row0 + r);
+      for (int b = 0; b < KB; ++b) {
+        float total = 0.0f;
+        for (int64_t c = 0; c < d; ++c) total += q[c] * internal::LoadQ8_0Element(k + b * k_step, c);
+        scratch.s(row0 + r)[j0 + b] = total;
+      }
+    }
+    return;
+  }
+  // A chunk: two vectors, or the whole block when one vector is 32 lanes.
+  constexpr int kChunk = 2;
+  const int64_t chunk = std::min<int64_t>(kChunk * N, kBlock);
+  const int64_t chunk_vectors = chunk / N;
+  VF acc[R * KB];
+  for (int a = 0; a < R * KB; ++a) acc[a] = hn::Zero(df);
+  for (int64_t c0 = 0; c0 < d; c0 += chunk) {
+    // This chunk's bytes in key 0's row: its block, then its int8 values.
+    const uint8_t* HWY_RESTRICT block0 = k + c0 / kBlock * kBlockBytes;
+    const int64_t ints = 2 + c0 % kBlock;
+    VF q[R][kChunk];
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < kChunk; ++v) {
+        q[r][v] = v < chunk_vectors ? hn::Load(df, scratch.q(row0 + r) + c0 + v * N) : hn::Zero(df);
+      }
+    const uint8_t* HWY_RESTRICT kb = block0;
+    for (int b = 0; b < KB; ++b, kb += k_step) {
+      const VF scale = Q8_0ScaleVec(df, reinterpret_cast<const Q8_0Block*>(kb));
+      for (int v = 0; v < kChunk; ++v) {
+        if (v >= chunk_vectors) break;
+        const VF kv = hn::Mul(LoadQ8_0Ints(df, kb + ints + v * N), scale);
+        for (int r = 0; r < R; ++r) acc[r * KB + b] = hn::MulAdd(q[r][v], kv, acc[r * KB + b]);
+      }
+    }
+  }
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  // Sixteen dot products finished in registers (R·KB is 16, or 12 for
+  // R = 3), lane a = r·KB + b, stored as each row's run of KB scores.
+  static_assert(R * KB <= 16, "one vector of sums");
+  auto acc_or_zero = [&](int a) { return a < R * KB ? acc[a] : hn::Zero(df); };
+  VF w[4];
+  for (int g = 0; g < 4; ++g) {
+    w[g] = SumFourPerBlock(acc_or_zero(4 * g), acc_or_zero(4 * g + 1), acc_or_zero(4 * g + 2),
+                           acc_or_zero(4 * g + 3));
+  }
+  const VF sums = SumBlocksOfFour(w[0], w[1], w[2], w[3]);
+  if constexpr (KB == 16) {
+    hn::StoreU(sums, df, scratch.s(row0) + j0);
+  } else if constexpr (KB == 8) {
+    const hn::Half<DF> dh;
+    hn::StoreU(hn::LowerHalf(dh, sums), dh, scratch.s(row0) + j0);
+    hn::StoreU(hn::UpperHalf(dh, sums), dh, scratch.s(row0 + 1) + j0);
+  } else if constexpr (KB == 4) {
+    const hn::Half<DF> dh;
+    const hn::Half<decltype(dh)> dq;
+    const auto lo = hn::LowerHalf(dh, sums), hi = hn::UpperHalf(dh, sums);
+    const hn::Vec<decltype(dq)> quarters[4] = {hn::LowerHalf(dq, lo), hn::UpperHalf(dq, lo),
+                                               hn::LowerHalf(dq, hi), hn::UpperHalf(dq, hi)};
+    for (int r = 0; r < R; ++r) hn::StoreU(quarters[r], dq, scratch.s(row0 + r) + j0);
+  } else {
+    HWY_ALIGN float lanes[16];
+    hn::Store(sums, df, lanes);
+    for (int r = 0; r < R; ++r) std::memcpy(scratch.s(row0 + r) + j0, lanes + r * KB, KB * 4);
+  }
+#else
+  HWY_ALIGN float blocks[hn::MaxLanes(DF())];
+  float sums[R * KB + 3];
+  for (int a = 0; a < R * KB; a += 4) {
+    const VF w = SumFourPerBlock(acc[a], a + 1 < R * KB ? acc[a + 1] : hn::Zero(df),
+                                 a + 2 < R * KB ? acc[a + 2] : hn::Zero(df),
+                                 a + 3 < R * KB ? acc[a + 3] : hn::Zero(df));
+    hn::Store(w, df, blocks);
+    for (int m = 0; m < 4; ++m) {
+      float total = 0.0f;
+      for (int64_t blk = 0; blk < N / 4; ++blk) total += blocks[blk * 4 + m];
+      sums[a + m] = total;
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < KB; ++b) scratch.s(row0 + r)[j0 + b] = sums[r * KB + b];
+#endif
+}
+
+// Scores of a tile of q8_0 keys (rows k_step bytes apart): blocks of KB
+// keys, then the rest one at a time, with the same keys' V rows (v_step
+// bytes apart, v_row_bytes long; any V type) prefetched for the mix.
+template <int R>
+HWY_INLINE void NarrowScoreTileQ8_0(const NarrowScratch& scratch, int64_t row0, int64_t d,
+                                    const uint8_t* HWY_RESTRICT k, int64_t k_step, int64_t keys,
+                                    int64_t keys_left, const uint8_t* HWY_RESTRICT v,
+                                    int64_t v_step, int64_t v_row_bytes, bool prefetch) {
+  constexpr int KB = NarrowKeysPerBlock<R>();
+  const int64_t k_row_bytes = internal::BytesOf(DType::kQ8_0, d);
+  const int64_t ahead = KeyPrefetchDistance(DType::kQ8_0);
+  auto block = [&](auto keys_per_block, int64_t j) {
+    constexpr int kKeys = decltype(keys_per_block)::value;
+    NarrowScoreBlockQ8_0<R, kKeys>(scratch, row0, d, k + j * k_step, k_step, j);
+  };
+  int64_t j = 0;
+  for (; j + KB <= keys; j += KB) {
+    if (prefetch) {
+      PrefetchQ8_0Rows(v + j * v_step, v_step, KB, v_row_bytes);
+      if (j + ahead + KB <= keys_left) {
+        PrefetchQ8_0Rows(k + (j + ahead) * k_step, k_step, KB, k_row_bytes);
+      }
+    }
+    block(std::integral_constant<int, KB>(), j);
+  }
+  if (prefetch) PrefetchQ8_0Rows(v + j * v_step, v_step, keys - j, v_row_bytes);
+  for (; j < keys; ++j) block(std::integral_constant<int, 1>(), j);
+}
+
+// o(r)[c0 + n·N + lane] += Σ_j p(r)[j]·V[j][c0 + ...] for CV whole vectors of
+// q8_0 columns (rows v_step bytes apart; c0 a multiple of 32, or the chunk
+// within one block). Each V vector is dequantised once per key (a block's
+// scale broadcast once: vectors n with n % (32 / N) == 0 start a block) and
+// shared by the R rows. With kSkipHidden a row whose weight is -0 skips the
+// key (narrow-inl.h's file comment).
+template <int R, int CV, bool kSkipHidden>
+HWY_INLINE void NarrowMixChunkQ8_0(const NarrowScratch& scratch, int64_t row0, int64_t keys,
+                                   const uint8_t* HWY_RESTRICT v, int64_t v_step, int64_t c0) {
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  constexpr int64_t kBlock = internal::kQ8_0BlockElements;
+  const int64_t block_vectors = kBlock / N;
+  VF acc[R][CV];
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < CV; ++n) acc[r][n] = hn::Load(df, scratch.o(row0 + r) + c0 + n * N);
+  const float* HWY_RESTRICT p[R];
+  for (int r = 0; r < R; ++r) p[r] = scratch.s(row0 + r);
+  const uint8_t* HWY_RESTRICT vj = v + c0 / kBlock * internal::kQ8_0BlockBytes;
+  const int64_t first_col = c0 % kBlock;
+  for (int64_t j = 0; j < keys; ++j, vj += v_step) {
+    VF vv[CV];
+    VF scale = hn::Zero(df);
+    for (int n = 0; n < CV; ++n) {
+      // Vector n: column `col` from the chunk's first block.
+      const int64_t col = first_col + n * N;
+      const uint8_t* HWY_RESTRICT block = vj + col / kBlock * internal::kQ8_0BlockBytes;
+      if (n % block_vectors == 0) scale = Q8_0ScaleVec(df, reinterpret_cast<const Q8_0Block*>(block));
+      vv[n] = hn::Mul(LoadQ8_0Ints(df, block + 2 + col % kBlock), scale);
+    }
+    for (int r = 0; r < R; ++r) {
+      const float w = p[r][j];
+      if (kSkipHidden && IsHiddenWeight(w)) continue;
+      const VF pb = hn::Set(df, w);
+      for (int n = 0; n < CV; ++n) acc[r][n] = hn::MulAdd(pb, vv[n], acc[r][n]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < CV; ++n) hn::Store(acc[r][n], df, scratch.o(row0 + r) + c0 + n * N);
+}
+
+template <int R, int CV, bool kSkipHidden>
+HWY_INLINE void NarrowMixChunkQ8_0N(int64_t vectors, const NarrowScratch& scratch, int64_t row0,
+                                    int64_t keys, const uint8_t* HWY_RESTRICT v, int64_t v_step,
+                                    int64_t c0) {
+  if constexpr (CV > 0) {
+    if (vectors == CV) {
+      return NarrowMixChunkQ8_0<R, CV, kSkipHidden>(scratch, row0, keys, v, v_step, c0);
+    }
+    NarrowMixChunkQ8_0N<R, CV - 1, kSkipHidden>(vectors, scratch, row0, keys, v, v_step, c0);
+  }
+}
+
+// Whether any of the R rows' weights p(r)[0, keys) is -0 (a key the row
+// cannot see), a vector of weights at a time (the rows are padded to whole
+// vectors; the lanes past `keys` are not looked at).
+template <int R>
+HWY_INLINE bool AnyHiddenWeight(const NarrowScratch& scratch, int64_t row0, int64_t keys) {
+  const DF df;
+  const hn::RebindToUnsigned<DF> du;
+  const int64_t N = int64_t(hn::Lanes(df));
+  const auto minus_zero = hn::Set(du, 0x80000000u);
+  auto any = hn::Eq(minus_zero, hn::Zero(du));  // all false
+  for (int r = 0; r < R; ++r) {
+    const float* HWY_RESTRICT p = scratch.s(row0 + r);
+    int64_t j = 0;
+    for (; j + N <= keys; j += N) {
+      any = hn::Or(any, hn::Eq(hn::BitCast(du, hn::Load(df, p + j)), minus_zero));
+    }
+    if (j < keys) {
+      const auto tail = hn::RebindMask(du, hn::FirstN(df, size_t(keys - j)));
+      any = hn::Or(any, hn::And(tail, hn::Eq(hn::BitCast(du, hn::Load(df, p + j)), minus_zero)));
+    }
+  }
+  return !hn::AllFalse(du, any);
+}
+
+// o(r) += P·V for one tile of q8_0 V (rows v_step bytes apart): column
+// chunks of CV vectors as narrow-inl.h's NarrowMixTile (dv is a multiple of
+// 32; a scalable vector that does not tile a block takes scalar code).
+template <int R>
+HWY_INLINE void NarrowMixTileQ8_0(const NarrowScratch& scratch, int64_t row0, int64_t keys,
+                                  const uint8_t* HWY_RESTRICT v, int64_t v_step, int64_t dv) {
+  constexpr int CV = kNarrowWideRegisters ? (R == 1 ? 8 : R == 2 ? 8 : 4)
+                                          : (R == 1 ? 8 : R == 2 ? 4 : 2);
+  const int64_t N = int64_t(hn::Lanes(DF()));
+  if (!Q8_0VectorsTileBlocks(DF())) {
+    for (int64_t c = 0; c < dv; ++c) {
+      for (int r = 0; r < R; ++r) {
+        const float* HWY_RESTRICT p = scratch.s(row0 + r);
+        float total = scratch.o(row0 + r)[c];
+        for (int64_t j = 0; j < keys; ++j) {
+          if (!IsHiddenWeight(p[j])) total += p[j] * internal::LoadQ8_0Element(v + j * v_step, c);
+        }
+        scratch.o(row0 + r)[c] = total;
+      }
+    }
+    return;
+  }
+  const int64_t vectors = dv / N;
+  const bool any_hidden = AnyHiddenWeight<R>(scratch, row0, keys);
+  for (int64_t n0 = 0; n0 < vectors; n0 += CV) {
+    const int64_t chunk = std::min<int64_t>(CV, vectors - n0);
+    if (any_hidden) {
+      NarrowMixChunkQ8_0N<R, CV, true>(chunk, scratch, row0, keys, v, v_step, n0 * N);
+    } else {
+      NarrowMixChunkQ8_0N<R, CV, false>(chunk, scratch, row0, keys, v, v_step, n0 * N);
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
+HWY_AFTER_NAMESPACE();
+
+#endif  // per-target include guard
