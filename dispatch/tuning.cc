@@ -2,6 +2,7 @@
 // `auto` choice (see include/attn/tuning.h and dispatch/tuning.h).
 #include "dispatch/tuning.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -282,6 +283,29 @@ AutoChoice ExplainChoice(int64_t q_len, int64_t kv_len, int64_t head_dim, Causal
 
 namespace {
 
+// The score modifiers of `p` for AutoChoice::reason ("" without any): what
+// each row computes, and for a window how many keys a row reads (the kernels
+// skip the key tiles outside it).
+std::string ModifiersText(const Problem& p) {
+  if (!p.HasScoreModifiers()) return "";
+  std::string text = "; score modifiers:";
+  if (p.window.left >= 0 || p.window.right >= 0) {
+    auto side = [](int64_t w) { return w < 0 ? std::string("unbounded") : std::to_string(w); };
+    text += " window (left " + side(p.window.left) + ", right " + side(p.window.right) + ")";
+    if (p.window.left >= 0 && p.kv_len > 0) {
+      const int64_t width = p.window.left + 1 + std::max<int64_t>(0, p.window.right);
+      text += ", each row reads at most " + std::to_string(std::min(width, p.kv_len)) + " of the " +
+              std::to_string(p.kv_len) + " keys (whole tiles outside the window are skipped)";
+    }
+    text += ";";
+  }
+  if (p.softcap != 0.0f) text += " soft-cap " + std::to_string(p.softcap) + ";";
+  if (p.alibi_slopes.data) text += " ALiBi slopes;";
+  if (p.sinks.data) text += " attention sinks (one logit per head, in lse);";
+  text.pop_back();
+  return text;
+}
+
 // ExplainChoice without the path.
 AutoChoice ExplainKernelChoice(const Problem& problem, const Options& options,
                                const internal::DotPathRequest& dot);
@@ -327,6 +351,7 @@ AutoChoice ExplainChoice(const Problem& problem, const Options& options) {
   const internal::DotPathRequest dot = internal::RequestedDotPath(rounded, options.dot_path);
   AutoChoice c = ExplainKernelChoice(rounded, options, dot);
   c.path = PathText(c.kernel, rounded, internal::ChosenDotPath(c, dot.path));
+  c.reason += ModifiersText(problem);
   bool any = false;
   for (DType t : {problem.q.dtype, problem.k.dtype, problem.v.dtype}) any |= t != DType::kBF16;
   if (options.round_inputs_to_bf16 && any) {

@@ -437,5 +437,27 @@ TEST(Modifiers, TheBf16DotProductKernelsComputeThemWithinTheirBound) {
   }
 }
 
+// attn-tune --explain and AutoChoice::reason name the modifiers, and for a
+// window how many keys a row reads.
+TEST(Modifiers, TheExplanationNamesThem) {
+  Problem p;
+  p.q_len = p.kv_len = 8192;
+  p.head_dim = 128;
+  p.causal = Causal::kBottomRight;
+  EXPECT_EQ(ExplainChoice(p).reason.find("score modifiers"), std::string::npos);
+  p.window = {512, 0};
+  std::string why = ExplainChoice(p).reason;
+  EXPECT_NE(why.find("window (left 512, right 0), each row reads at most 513 of the 8192 keys"),
+            std::string::npos)
+      << why;
+  p.window = {-1, 3};
+  p.softcap = 30.0f;
+  const float sinks[1] = {0.5f};
+  p.sinks = {sinks, 1};
+  why = ExplainChoice(p).reason;
+  EXPECT_NE(why.find("window (left unbounded, right 3); soft-cap 30"), std::string::npos) << why;
+  EXPECT_NE(why.find("attention sinks"), std::string::npos) << why;
+}
+
 }  // namespace
 }  // namespace attn::test

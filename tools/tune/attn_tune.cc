@@ -49,6 +49,7 @@ struct Args {
   std::string shapes;
   int heads = 1;
   std::vector<int64_t> explain;
+  std::vector<int64_t> window;  // with --explain: left, right (-1: unbounded)
   bool causal = false;
   bool verbose = false;
   std::string verify;
@@ -104,6 +105,7 @@ int Explain(const Args& args, bool output_given) {
   shape.causal = args.causal ? attn::Causal::kBottomRight : attn::Causal::kNone;
   shape.k.dtype = shape.v.dtype = attn::ParseDType(args.kv_dtype);
   if (args.dtype == "bf16") shape.q.dtype = shape.k.dtype = shape.v.dtype = attn::DType::kBF16;
+  if (args.window.size() == 2) shape.window = attn::Window{args.window[0], args.window[1]};
   attn::Options options;
   options.threads = threads;
   const attn::AutoChoice c = attn::ExplainChoice(shape, options);
@@ -429,6 +431,10 @@ int main(int argc, char** argv) {
       ->expected(3)
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_flag("--causal", args.causal, "With --explain: a causal shape");
+  app.add_option("--window", args.window,
+                 "With --explain: a sliding window LEFT RIGHT (FlashAttention's, -1: unbounded)")
+      ->expected(2)
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 40));
   app.add_option("--kv-dtype", args.kv_dtype,
                  "Element type of K and V of the tuned shapes: f32, bf16 or f16 (a table keeps "
                  "each type's entries apart; Q and O stay f32)")
