@@ -504,3 +504,18 @@ def test_q8_0_paged_cache_with_append(rng):
                          q8_values(keys).transpose(1, 0, 2)[None],
                          q8_values(vals).transpose(1, 0, 2)[None], causal=True)[0]
         check(out[b:b + 1].transpose(0, 2, 1, 3), want, q8_values(vals), "f32")
+
+
+def test_q8_0_varlen_attention(rng):
+    """Packed q8_0 k / v (total_k, kv_heads, d / 32 * 34) in a variable-length batch."""
+    cu_q, cu_k = np.array([0, 1, 4], np.int32), np.array([0, 37, 50], np.int32)
+    q = rand(rng, (4, 4, 64), "f32")
+    kq = attn.quantize_q8_0(rand(rng, (50, 2, 64), "f32"))
+    vq = attn.quantize_q8_0(rand(rng, (50, 2, 32), "f32"))
+    out = attn.varlen_attention(q, kq, vq, cu_q, cu_k, 3, 37, causal=True, k_dtype="q8_0",
+                                v_dtype="q8_0")
+    for b in range(2):
+        qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        want = reference(f64(q[qs]).transpose(1, 0, 2)[None], q8_values(kq[ks]).transpose(1, 0, 2)[None],
+                         q8_values(vq[ks]).transpose(1, 0, 2)[None], causal=True)[0]
+        check(out[qs].transpose(1, 0, 2)[None], want, q8_values(vq[ks]), "f32")
