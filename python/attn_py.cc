@@ -1,6 +1,8 @@
 // The Python module attn._attn: attention on NumPy (or any DLPack / buffer
 // protocol) arrays of float32, float16 or bfloat16 (ml_dtypes), read and
-// written in place through their strides, plus the tuning and target APIs.
+// written in place through their strides, K and V also as ggml's q8_0
+// blocks (uint8 arrays, k_dtype= / v_dtype= 'q8_0'), ggml's q8_0 quantiser,
+// plus the tuning and target APIs.
 //
 // Arrays are taken untyped and checked here rather than declared as
 // ndarray<float>: a typed parameter lets nanobind silently convert (copy) a
@@ -66,6 +68,7 @@ const char* NumpyName(attn::DType dtype) {
     case attn::DType::kF32: return "float32";
     case attn::DType::kBF16: return "bfloat16";
     case attn::DType::kF16: return "float16";
+    case attn::DType::kQ8_0: return "q8_0";
   }
   return "?";
 }
@@ -240,6 +243,165 @@ Typed<Array> TypedArray(const char* name, const nb::handle& obj, const char* wha
   return {ToArray<Array>(name, obj, what), attn::DType::kF32};  // raises its TypeError
 }
 
+constexpr const char* kInWhat = "a CPU array (NumPy, or any DLPack or buffer-protocol object)";
+constexpr const char* kOutWhat = "a writable CPU array (NumPy, or any DLPack or buffer-protocol object)";
+
+// ---- ggml's q8_0 blocks (attn.h DType::kQ8_0) ------------------------------
+// In Python a q8_0 tensor is a uint8 array of its bytes: shape (..., n / 32
+// * 34) for n elements a row, as attn.quantize_q8_0 returns it (and as
+// llama.cpp's cache holds it). The library counts elements: the last
+// dimension becomes n elements, and every stride (in bytes) must be a
+// whole number of 34-byte blocks, which become 32 elements each.
+
+constexpr int64_t kQ8Block = 32, kQ8BlockBytes = 34;
+
+// A K / V argument's dtype= keyword: None (the array's own dtype) or "q8_0".
+bool ParseKvDtype(const char* keyword, const nb::handle& obj) {
+  if (obj.is_none()) return false;
+  if (nb::isinstance<nb::str>(obj)) {
+    const std::string name = nb::cast<std::string>(obj);
+    if (name == "q8_0") return true;
+    Raise(std::string("attn: ") + keyword + " must be None (the array's own dtype) or 'q8_0', got '" +
+          name + "'");
+  }
+  throw nb::type_error((std::string("attn: ") + keyword + " must be None or 'q8_0', got " +
+                        nb::cast<std::string>(nb::str(obj.type().attr("__name__"))))
+                           .c_str());
+}
+
+template <typename Array>
+void RequireUint8(const char* name, const Array& a) {
+  if (a.dtype() != nb::dtype<uint8_t>()) {
+    throw nb::type_error((std::string("attn: ") + name +
+                          " must be a uint8 array of q8_0 blocks (attn.quantize_q8_0), got " +
+                          DtypeName(a.dtype()))
+                             .c_str());
+  }
+}
+
+// A uint8 array of q8_0 blocks as a typed array; its View4 in elements
+// (Q8Elements) is what the problem takes.
+template <typename Array>
+Typed<Array> Q8Array(const char* name, const nb::handle& obj, const char* what) {
+  Typed<Array> t{ToArray<Array>(name, obj, what), attn::DType::kQ8_0};
+  RequireUint8(name, t.array);
+  return t;
+}
+
+// `v` (bytes) in elements: the last dimension a whole number of blocks,
+// contiguous, and every stride a whole number of blocks.
+void Q8Elements(const char* name, View4& v) {
+  if (v.shape[3] % kQ8BlockBytes != 0) {
+    Raise(std::string("attn: ") + name + "'s last dimension must be a multiple of 34 bytes (q8_0 "
+          "blocks of 32 elements), got " + std::to_string(v.shape[3]));
+  }
+  if (v.shape[3] > 1 && v.stride[3] != 1) {
+    Raise(std::string("attn: ") + name + "'s last dimension must be contiguous, got stride " +
+          std::to_string(v.stride[3]));
+  }
+  for (size_t i = 4 - v.ndim; i < 3; ++i) {
+    if (v.stride[i] % kQ8BlockBytes != 0) {
+      Raise(std::string("attn: ") + name + ".strides[" + std::to_string(int(i) - 4) +
+            "] must be a multiple of 34 bytes (whole q8_0 blocks), got " +
+            std::to_string(v.stride[i]));
+    }
+    v.stride[i] = v.stride[i] / kQ8BlockBytes * kQ8Block;
+  }
+  v.shape[3] = v.shape[3] / kQ8BlockBytes * kQ8Block;
+  v.stride[3] = 1;
+}
+
+// A K / V argument: a float array of one of the three types, or with
+// q8_0 a uint8 array of blocks.
+template <typename Array>
+Typed<Array> KvArray(const char* name, const nb::handle& obj, bool q8, const char* what) {
+  return q8 ? Q8Array<Array>(name, obj, what) : TypedArray<Array>(name, obj, what);
+}
+
+// attn.quantize_q8_0(x): float32 (..., n), n a multiple of 32, contiguous
+// last dimension -> a new uint8 array (..., n / 32 * 34) of ggml's blocks.
+nb::object QuantizeQ8_0Py(const nb::handle& x_obj) {
+  const InArray x = ToArray<InArray>("x", x_obj, kInWhat);
+  RequireFloat32("x", x);
+  if (x.ndim() < 1) Raise("attn: x must have at least one dimension, got 0");
+  const size_t nd = x.ndim();
+  const int64_t n = int64_t(x.shape(nd - 1));
+  if (n % kQ8Block != 0) {
+    throw attn::Error("n", std::to_string(n),
+                      "attn: n must be a multiple of 32 (q8_0 blocks of 32 elements), got " +
+                          std::to_string(n) + " (x.shape[-1])");
+  }
+  if (n > 1 && x.stride(nd - 1) != 1) {
+    Raise("attn: x's last dimension must be contiguous (stride 1 element), got stride " +
+          std::to_string(x.stride(nd - 1)) + "; pass numpy.ascontiguousarray(x)");
+  }
+  std::vector<int64_t> shape;
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < nd; ++i) {
+    shape.push_back(int64_t(x.shape(i)));
+    rows *= int64_t(x.shape(i));
+  }
+  shape.push_back(n / kQ8Block * kQ8BlockBytes);
+  nb::object out_obj = Numpy().attr("empty")(nb::cast(shape), "dtype"_a = "uint8");
+  const OutArray out = ToArray<OutArray>("out", out_obj, kOutWhat);
+  uint8_t* dst = static_cast<uint8_t*>(out.data());
+  const float* base = static_cast<const float*>(x.data());
+  // Row by row into the new array (on an error it is dropped unreturned).
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t rest = r, offset = 0;
+    for (size_t i = nd - 1; i-- > 0;) {
+      offset += (rest % int64_t(x.shape(i))) * x.stride(i);
+      rest /= int64_t(x.shape(i));
+    }
+    try {
+      attn::QuantizeQ8_0(base + offset, n, dst + r * (n / kQ8Block * kQ8BlockBytes));
+    } catch (const attn::Error& e) {
+      // The element's index within its row, and which row.
+      throw attn::Error(e.field(), e.value(),
+                        std::string(e.what()) + " (in row " + std::to_string(r) + " of x)");
+    }
+  }
+  return out_obj;
+}
+
+// attn.dequantize_q8_0(blocks): uint8 (..., m), m a multiple of 34 ->
+// float32 (..., m / 34 * 32), exactly the values the kernels read.
+nb::object DequantizeQ8_0Py(const nb::handle& blocks_obj) {
+  const InArray b = ToArray<InArray>("blocks", blocks_obj, kInWhat);
+  RequireUint8("blocks", b);
+  if (b.ndim() < 1) Raise("attn: blocks must have at least one dimension, got 0");
+  const size_t nd = b.ndim();
+  const int64_t m = int64_t(b.shape(nd - 1));
+  if (m % kQ8BlockBytes != 0) {
+    Raise("attn: blocks' last dimension must be a multiple of 34 bytes, got " + std::to_string(m));
+  }
+  if (m > 1 && b.stride(nd - 1) != 1) {
+    Raise("attn: blocks' last dimension must be contiguous, got stride " +
+          std::to_string(b.stride(nd - 1)));
+  }
+  std::vector<int64_t> shape;
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < nd; ++i) {
+    shape.push_back(int64_t(b.shape(i)));
+    rows *= int64_t(b.shape(i));
+  }
+  const int64_t n = m / kQ8BlockBytes * kQ8Block;
+  shape.push_back(n);
+  nb::object out_obj = Numpy().attr("empty")(nb::cast(shape), "dtype"_a = "float32");
+  const OutArray out = ToArray<OutArray>("out", out_obj, kOutWhat);
+  float* dst = static_cast<float*>(out.data());
+  const uint8_t* base = static_cast<const uint8_t*>(b.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t rest = r, offset = 0;
+    for (size_t i = nd - 1; i-- > 0;) {
+      offset += (rest % int64_t(b.shape(i))) * b.stride(i);
+      rest /= int64_t(b.shape(i));
+    }
+    attn::DequantizeQ8_0(base + offset, n, dst + r * n);
+  }
+  return out_obj;
+}
+
 // out_dtype=: None, a name ("float32"/"f32", "float16"/"f16",
 // "bfloat16"/"bf16") or anything numpy.dtype() takes (numpy.float16,
 // ml_dtypes.bfloat16, a dtype object).
@@ -265,8 +427,6 @@ std::optional<attn::DType> ParseOutDtype(const nb::handle& obj) {
       ("attn: out_dtype must be " + std::string(kDtypes) + ", got " + name).c_str());
 }
 
-constexpr const char* kInWhat = "a CPU array (NumPy, or any DLPack or buffer-protocol object)";
-constexpr const char* kOutWhat = "a writable CPU array (NumPy, or any DLPack or buffer-protocol object)";
 
 nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb::handle& v_obj,
                      const nb::handle& causal, std::optional<float> scale,
@@ -274,17 +434,22 @@ nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb:
                      bool return_lse, const nb::handle& out_obj_in,
                      const nb::handle& out_dtype_obj, bool round_inputs_to_bf16,
                      const nb::handle& window_obj, float softcap, const nb::handle& sinks_obj,
-                     const nb::handle& alibi_obj) {
+                     const nb::handle& alibi_obj, const nb::handle& k_dtype_obj,
+                     const nb::handle& v_dtype_obj) {
+  const bool k_q8 = ParseKvDtype("k_dtype", k_dtype_obj), v_q8 = ParseKvDtype("v_dtype", v_dtype_obj);
   const Typed<InArray> q_in = TypedArray<InArray>("q", q_obj, kInWhat);
-  const Typed<InArray> k_in = TypedArray<InArray>("k", k_obj, kInWhat);
-  const Typed<InArray> v_in = TypedArray<InArray>("v", v_obj, kInWhat);
+  const Typed<InArray> k_in = KvArray<InArray>("k", k_obj, k_q8, kInWhat);
+  const Typed<InArray> v_in = KvArray<InArray>("v", v_obj, v_q8, kInWhat);
   const std::optional<attn::DType> out_dtype = ParseOutDtype(out_dtype_obj);
-  const View4 q = AsView("q", q_in.array, 2), k = AsView("k", k_in.array, 2),
-              v = AsView("v", v_in.array, 2);
+  View4 q = AsView("q", q_in.array, 2), k = AsView("k", k_in.array, 2),
+        v = AsView("v", v_in.array, 2);
   RequireNonEmpty("q", q, {"batch", "q_heads", "q_len", "head_dim"});
   RequireNonEmpty("k", k, {"batch", "kv_heads", "kv_len", "head_dim"});
   RequireNonEmpty("v", v, {"batch", "kv_heads", "kv_len", "value_dim"});
   RequireContiguousRows("q", q);
+  // A q8_0 array's bytes as elements (its last dimension n / 32 * 34 bytes).
+  if (k_q8) Q8Elements("k", k);
+  if (v_q8) Q8Elements("v", v);
   RequireContiguousRows("k", k);
   RequireContiguousRows("v", v);
 
@@ -443,13 +608,15 @@ std::vector<int32_t> Int32Array(const char* name, const nb::handle& obj, size_t 
   return values;
 }
 
-// A packed [tokens, heads, cols] view of a 3-D array.
+// A packed [tokens, heads, cols] view of a 3-D array (q8_0: its bytes as
+// elements).
 attn::PackedTensor Packed3(const char* name, const Typed<InArray>& t, View4* v) {
   *v = AsView(name, t.array, 3);
   if (v->ndim != 3) {
     Raise(std::string("attn: ") + name + " must have 3 dimensions (total_tokens, heads, d), got " +
           std::to_string(v->ndim));
   }
+  if (t.dtype == attn::DType::kQ8_0) Q8Elements(name, *v);
   RequireContiguousRows(name, *v);
   return {v->data, v->stride[1], v->stride[2], t.dtype};
 }
@@ -504,10 +671,12 @@ nb::object VarlenAttentionPy(const nb::handle& q_obj, const nb::handle& k_obj,
                              int64_t max_seqlen_k, std::optional<float> softmax_scale,
                              const nb::handle& causal, bool return_softmax_lse,
                              const std::string& kernel, int threads, const nb::handle& out_obj_in,
-                             const nb::handle& out_dtype_obj) {
+                             const nb::handle& out_dtype_obj, const nb::handle& k_dtype_obj,
+                             const nb::handle& v_dtype_obj) {
+  const bool k_q8 = ParseKvDtype("k_dtype", k_dtype_obj), v_q8 = ParseKvDtype("v_dtype", v_dtype_obj);
   const Typed<InArray> q_in = TypedArray<InArray>("q", q_obj, kInWhat);
-  const Typed<InArray> k_in = TypedArray<InArray>("k", k_obj, kInWhat);
-  const Typed<InArray> v_in = TypedArray<InArray>("v", v_obj, kInWhat);
+  const Typed<InArray> k_in = KvArray<InArray>("k", k_obj, k_q8, kInWhat);
+  const Typed<InArray> v_in = KvArray<InArray>("v", v_obj, v_q8, kInWhat);
   View4 q, k, v;
   attn::VarlenProblem p;
   p.q = Packed3("q", q_in, &q);
@@ -569,7 +738,9 @@ nb::object KvcacheAttentionPy(const nb::handle& q_obj, const nb::handle& k_cache
                               const nb::handle& block_table_obj,
                               std::optional<float> softmax_scale, const nb::handle& causal,
                               bool return_softmax_lse, const std::string& kernel, int threads,
-                              const nb::handle& out_obj_in, const nb::handle& out_dtype_obj) {
+                              const nb::handle& out_obj_in, const nb::handle& out_dtype_obj,
+                              const nb::handle& cache_dtype_obj) {
+  const bool cache_q8 = ParseKvDtype("cache_dtype", cache_dtype_obj);
   const bool append = !k_obj.is_none() || !v_obj.is_none();
   if (append && (k_obj.is_none() || v_obj.is_none())) {
     Raise("attn: k and v must be given together (the new tokens' keys and values), got only " +
@@ -586,15 +757,15 @@ nb::object KvcacheAttentionPy(const nb::handle& q_obj, const nb::handle& k_cache
   View4 kc, vc;
   attn::DType kc_type, vc_type;
   if (append) {
-    kc_out = TypedArray<OutArray>("k_cache", k_cache_obj, kOutWhat);
-    vc_out = TypedArray<OutArray>("v_cache", v_cache_obj, kOutWhat);
+    kc_out = KvArray<OutArray>("k_cache", k_cache_obj, cache_q8, kOutWhat);
+    vc_out = KvArray<OutArray>("v_cache", v_cache_obj, cache_q8, kOutWhat);
     kc = AsView("k_cache", kc_out.array, 4);
     vc = AsView("v_cache", vc_out.array, 4);
     kc_type = kc_out.dtype;
     vc_type = vc_out.dtype;
   } else {
-    kc_in = TypedArray<InArray>("k_cache", k_cache_obj, kInWhat);
-    vc_in = TypedArray<InArray>("v_cache", v_cache_obj, kInWhat);
+    kc_in = KvArray<InArray>("k_cache", k_cache_obj, cache_q8, kInWhat);
+    vc_in = KvArray<InArray>("v_cache", v_cache_obj, cache_q8, kInWhat);
     kc = AsView("k_cache", kc_in.array, 4);
     vc = AsView("v_cache", vc_in.array, 4);
     kc_type = kc_in.dtype;
@@ -602,6 +773,11 @@ nb::object KvcacheAttentionPy(const nb::handle& q_obj, const nb::handle& k_cache
   }
   if (kc.ndim != 4 || vc.ndim != 4) {
     Raise("attn: k_cache and v_cache must have 4 dimensions (num_blocks, block_size, kv_heads, d)");
+  }
+  // q8_0 pools: their bytes as elements (the last dimension d / 32 * 34 bytes).
+  if (cache_q8) {
+    Q8Elements("k_cache", kc);
+    Q8Elements("v_cache", vc);
   }
   RequireContiguousRows("k_cache", kc);
   RequireContiguousRows("v_cache", vc);
@@ -723,7 +899,8 @@ NB_MODULE(_attn, m) {
         "scale"_a = nb::none(), "mask"_a = nb::none(), "kernel"_a = "auto", "threads"_a = 0,
         "return_lse"_a = false, "out"_a = nb::none(), "out_dtype"_a = nb::none(),
         "round_inputs_to_bf16"_a = false, "window"_a = nb::none(), "softcap"_a = 0.0f,
-        "sinks"_a = nb::none(), "alibi_slopes"_a = nb::none(),
+        "sinks"_a = nb::none(), "alibi_slopes"_a = nb::none(), "k_dtype"_a = nb::none(),
+        "v_dtype"_a = nb::none(),
         R"(softmax(q @ k.T * scale + mask) @ v, in place on the caller's arrays.
 
 q: (..., Tq, d), k: (..., Tk, d), v: (..., Tk, dv) with ... = [batch,] heads
@@ -736,6 +913,11 @@ Element types: q, k, v and out are each float32, float16 or bfloat16
 (ml_dtypes.bfloat16, or a DLPack bfloat16 tensor), independently; nothing
 is converted or copied. The kernels widen 16-bit inputs exactly, compute in
 float32 and round a 16-bit output once (to nearest even).
+k_dtype / v_dtype: None (the array's dtype), or 'q8_0': k (or v) is then a
+uint8 array of ggml's q8_0 blocks, (..., Tk, d / 32 * 34) bytes, as
+attn.quantize_q8_0 returns them or a llama.cpp cache holds them (d a
+multiple of 32, strides whole 34-byte blocks); decoded exactly (int8 times
+the block's float16 scale) by every kernel. q and out are never q8_0.
 
 causal: False/'none', True/'bottom_right' (query i sees keys up to
 Tk - Tq + i: the KV-cache alignment), or 'top_left' (PyTorch's is_causal).
@@ -763,6 +945,7 @@ of another dtype (float64, int, ...).)");
         "cu_seqlens_k"_a, "max_seqlen_q"_a, "max_seqlen_k"_a, nb::kw_only(),
         "softmax_scale"_a = nb::none(), "causal"_a = false, "return_softmax_lse"_a = false,
         "kernel"_a = "auto", "threads"_a = 0, "out"_a = nb::none(), "out_dtype"_a = nb::none(),
+        "k_dtype"_a = nb::none(), "v_dtype"_a = nb::none(),
         R"(Attention over a variable-length batch, as flash_attn_varlen_func.
 
 q: (total_q, heads, d), k: (total_k, kv_heads, d), v: (total_k, kv_heads, dv):
@@ -772,14 +955,15 @@ tokens cu[b]:cu[b+1]); the last entry must equal the token count.
 max_seqlen_q / max_seqlen_k: bounds every length must meet (0: unchecked).
 causal: True/'bottom_right' (per sequence: the last query sees every key),
 'top_left' or False. A sequence with queries but no keys gets output 0 and
-lse -inf. Element types, kernel, threads, out and out_dtype as attention().
+lse -inf. Element types, kernel, threads, out, out_dtype, k_dtype and
+v_dtype as attention() (q8_0 k / v: uint8 (total_k, kv_heads, d / 32 * 34)).
 Returns out (total_q, heads, dv), or (out, lse) with return_softmax_lse=True
 (lse float32 (heads, total_q), FlashAttention's layout).)");
   m.def("kvcache_attention", &KvcacheAttentionPy, "q"_a, "k_cache"_a, "v_cache"_a,
         "k"_a = nb::none(), "v"_a = nb::none(), nb::kw_only(), "cache_seqlens"_a = nb::none(),
         "block_table"_a = nb::none(), "softmax_scale"_a = nb::none(), "causal"_a = false,
         "return_softmax_lse"_a = false, "kernel"_a = "auto", "threads"_a = 0,
-        "out"_a = nb::none(), "out_dtype"_a = nb::none(),
+        "out"_a = nb::none(), "out_dtype"_a = nb::none(), "cache_dtype"_a = nb::none(),
         R"(Attention over a (paged) KV cache, as flash_attn_with_kvcache.
 
 q: (batch, seqlen_q, heads, d). With block_table (int32 (batch, max_blocks)):
@@ -791,8 +975,26 @@ block_table; default the whole dense cache). k, v: optional new tokens
 (batch, seqlen_new, kv_heads, d / dv), written into the cache at positions
 cache_seqlens[b]: (the pools are modified in place) before attention over
 cache_seqlens[b] + seqlen_new keys. causal: True/'bottom_right' aligns the
-last query with the last key. Returns out (batch, seqlen_q, heads, dv), or
-(out, lse) with return_softmax_lse=True (lse float32 (batch, heads, seqlen_q)).)");
+last query with the last key. cache_dtype: None (the pools' dtype) or
+'q8_0': k_cache and v_cache are uint8 pools of ggml's q8_0 blocks
+(num_blocks, block_size, kv_heads, d / 32 * 34); new k, v (float arrays) are
+quantised into them as attn.quantize_q8_0 does. Returns out (batch,
+seqlen_q, heads, dv), or (out, lse) with return_softmax_lse=True (lse
+float32 (batch, heads, seqlen_q)).)");
+
+  m.def("quantize_q8_0", &QuantizeQ8_0Py, "x"_a,
+        R"(ggml's q8_0 quantiser (quantize_row_q8_0_ref) on float32 x (..., n).
+
+n must be a multiple of 32. Per block of 32 values: d = max|x| / 127, q =
+roundf(x / d) (halves away from zero; 0 when d = 0), d stored as float16
+(to nearest even). Returns a new uint8 array (..., n / 32 * 34): each block
+is d's 2 bytes (little-endian) then the 32 int8 q's, the layout llama.cpp's
+KV cache holds and attention(k_dtype='q8_0') reads. Raises attn.Error for
+n not a multiple of 32 or a value that is not finite or too large for a
+float16 scale (|x| >= 65520 * 127).)");
+  m.def("dequantize_q8_0", &DequantizeQ8_0Py, "blocks"_a,
+        "float32 (..., m / 34 * 32) values of uint8 q8_0 blocks (..., m): int8 times the "
+        "block's float16 scale, exactly the values the kernels read.");
 
   nb::class_<attn::TuningStatus>(m, "TuningStatus")
       .def_ro("loaded", &attn::TuningStatus::loaded)

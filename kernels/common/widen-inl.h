@@ -45,8 +45,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Calls f(T()) with T the storage type of `type` as Highway's vectors see
 // it (float, hwy::bfloat16_t, hwy::float16_t): one switch per call, then
 // code templated on the type. For the element types: q8_0 blocks are never
-// passed here (Q and O cannot be q8_0; K and V go through
-// WithKvStorageType or WidenRows).
+// passed here (Q and O cannot be q8_0; a q8_0 K or V goes through WidenRows
+// or the decode path's narrow_q8-inl.h).
 template <class F>
 HWY_INLINE void WithStorageType(DType type, const F& f) {
   switch (type) {
@@ -81,41 +81,12 @@ HWY_INLINE hn::Vec<D> WidenF16Bits(D d, hn::Vec<hn::RebindToUnsigned<D>> h) {
   return hn::BitCast(d, hn::Or(bits, hn::ShiftLeft<16>(hn::And(h, hn::Set(du, 0x8000u)))));
 }
 
-// q8_0 rows as the templated row loops see them: a pointer to Q8_0Block
-// steps whole blocks. Strides and column offsets stay in elements (always
-// whole blocks: validation) and Advance turns them into blocks.
+// A q8_0 block as the vector loops see it (ggml's block_q8_0): pointers to
+// it step whole blocks.
 struct Q8_0Block {
   uint8_t bytes[internal::kQ8_0BlockBytes];  // binary16 scale, then 32 int8
 };
 static_assert(sizeof(Q8_0Block) == internal::kQ8_0BlockBytes, "ggml's 34-byte block");
-
-template <typename T>
-constexpr bool IsQ8_0() {
-  return hwy::IsSame<T, Q8_0Block>();
-}
-
-// p advanced by `elements` elements of its type (for q8_0 a multiple of 32).
-template <typename T>
-HWY_INLINE const T* Advance(const T* p, int64_t elements) {
-  if constexpr (IsQ8_0<T>()) {
-    return p + elements / internal::kQ8_0BlockElements;
-  } else {
-    return p + elements;
-  }
-}
-
-// Calls f(T()) with T the storage type of a K or V tensor: the element
-// types of WithStorageType, or Q8_0Block for q8_0.
-template <class F>
-HWY_INLINE void WithKvStorageType(DType type, const F& f) {
-  switch (type) {
-    case DType::kBF16: return f(hwy::bfloat16_t());
-    case DType::kF16: return f(hwy::float16_t());
-    case DType::kQ8_0: return f(Q8_0Block());
-    case DType::kF32: break;
-  }
-  f(float());
-}
 
 // Whether this target's PromoteTo from f16 is F16C's exact vcvtph2ps (AVX2,
 // AVX-512; also any non-x86 target) rather than Highway's emulation above.
@@ -217,10 +188,11 @@ HWY_INLINE void DequantizeQ8_0Rows(const Q8_0Block* HWY_RESTRICT src, int64_t sr
   const int64_t N = int64_t(hn::Lanes(df));
   const bool vectors = Q8_0VectorsTileBlocks(df);
   for (int64_t r = 0; r < rows; ++r) {
-    const Q8_0Block* HWY_RESTRICT row = Advance(src, r * src_stride);
+    // Strides and columns in elements, whole blocks (validation).
+    const Q8_0Block* HWY_RESTRICT row = src + r * src_stride / internal::kQ8_0BlockElements;
     float* HWY_RESTRICT o = dst + r * dst_stride;
     for (int64_t c0 = 0; c0 < cols; c0 += internal::kQ8_0BlockElements) {
-      const Q8_0Block* HWY_RESTRICT block = Advance(row, c0);
+      const Q8_0Block* HWY_RESTRICT block = row + c0 / internal::kQ8_0BlockElements;
       if (vectors) {
         const auto scale = Q8_0ScaleVec(df, block);
         for (int64_t c = 0; c < internal::kQ8_0BlockElements; c += N) {

@@ -341,3 +341,181 @@ def test_plain_uint16_bits_are_not_taken_for_bfloat16(rng):
     q, k, v, _ = make(rng, "decode", "bf16", "bf16", "bf16")
     with pytest.raises(TypeError, match="got uint16"):
         attn.attention(q.view(np.uint16), k, v)
+
+
+# ---- ggml's q8_0 K / V (k_dtype="q8_0", v_dtype="q8_0") ----------------------
+
+def q8_ggml(x):
+    """ggml's quantize_row_q8_0_ref in NumPy, written here from its rule (not
+    the library's code): per block of 32, d = max|x| / 127 and id = 1 / d
+    (0 when d = 0) in float32, q = roundf(x * id) (halves away from zero:
+    floor(|y| + 0.5), exact in float64 for a float32 y), d stored as float16
+    (to nearest even). Returns the uint8 bytes (..., n / 32 * 34)."""
+    x = np.asarray(x, dtype=np.float32)
+    blocks = x.reshape(x.shape[:-1] + (x.shape[-1] // 32, 32))
+    d = (np.abs(blocks).max(axis=-1) / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    y = (blocks * inv[..., None]).astype(np.float32).astype(np.float64)
+    q = (np.sign(y) * np.floor(np.abs(y) + 0.5)).astype(np.int8)
+    scale = d.astype(np.float16).view(np.uint8).reshape(d.shape + (2,))  # little-endian
+    out = np.concatenate([scale, q.view(np.uint8)], axis=-1)
+    return out.reshape(x.shape[:-1] + (x.shape[-1] // 32 * 34,))
+
+
+def q8_values(b):
+    """The float64 values of q8_0 bytes (..., m): int8 times the block's
+    float16 scale, decoded here from the layout."""
+    b = np.asarray(b, dtype=np.uint8)
+    blocks = b.reshape(b.shape[:-1] + (b.shape[-1] // 34, 34))
+    scale = np.ascontiguousarray(blocks[..., :2]).view(np.float16)[..., 0].astype(np.float64)
+    q = np.ascontiguousarray(blocks[..., 2:]).view(np.int8).astype(np.float64)
+    return (q * scale[..., None]).reshape(b.shape[:-1] + (b.shape[-1] // 34 * 32,))
+
+
+def test_quantize_q8_0_hand_computed_block():
+    # amax 127: d = 1 (float16 0x3c00), q = roundf(x): halves away from zero.
+    x = np.zeros(64, np.float32)
+    x[:6] = [127.0, -63.5, 0.5, -0.5, 2.5, -126.6]
+    # Second block, amax 1: d = 1/127 -> float16 0x2008 (fraction 0.00787 *
+    # 1024 = 8.06 -> 8, exponent -7); q = 127 * x: 0.25 -> 31.75 -> 32.
+    x[32:35] = [1.0, 0.25, -0.1]
+    got = attn.quantize_q8_0(x)
+    assert got.dtype == np.uint8 and got.shape == (68,)
+    assert list(got[:2]) == [0x00, 0x3C] and list(got[34:36]) == [0x08, 0x20]
+    assert list(got[2:8].view(np.int8)) == [127, -64, 1, -1, 3, -127]
+    assert list(got[36:39].view(np.int8)) == [127, 32, -13]
+    np.testing.assert_array_equal(attn.dequantize_q8_0(got), q8_values(got).astype(np.float32))
+
+
+def test_quantize_q8_0_follows_ggmls_rule(rng):
+    x = (rng.standard_normal((3, 5, 128)) * np.array([1e-3, 1.0, 300.0])[:, None, None]).astype(np.float32)
+    x[1, 2, :32] = 0.0  # a zero block
+    got = attn.quantize_q8_0(x)
+    assert got.shape == (3, 5, 136)
+    np.testing.assert_array_equal(got, q8_ggml(x))
+    # A strided view of x (rows of a larger array) is read in place.
+    wide = np.zeros((5, 256), np.float32)
+    wide[:, :128] = x[0]
+    np.testing.assert_array_equal(attn.quantize_q8_0(wide[:, :128]), q8_ggml(x[0]))
+
+
+@pytest.mark.parametrize("bad,match", [(np.zeros(33, np.float32), "n must be a multiple of 32"),
+                                       (np.full(32, np.inf, np.float32), r"x\[0\] must be finite"),
+                                       (np.zeros(32, np.float64), "x must be float32")])
+def test_quantize_q8_0_errors(bad, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        attn.quantize_q8_0(bad)
+
+
+def q8_case(rng, shape, kq8, vq8):
+    """(q, k, v, k_values, v_values, causal): k / v as q8_0 bytes (uint8) or
+    float32, with the values the kernels must see (float64)."""
+    def kv(x, as_q8):
+        if not as_q8:
+            return x, f64(x)
+        b = attn.quantize_q8_0(np.ascontiguousarray(x))
+        return b, q8_values(b)
+    if shape == "gqa_causal":
+        q = rand(rng, (2, 4, 19, 64), "f32")
+        k, kf = kv(rand(rng, (2, 2, 37, 64), "f32"), kq8)
+        v, vf = kv(rand(rng, (2, 2, 37, 32), "f32"), vq8)
+        return q, k, v, kf, vf, "bottom_right"
+    if shape == "decode":
+        # A padded cache: the first 45 of 64 rows (strided views of the bytes).
+        q = rand(rng, (1, 8, 1, 96), "f32")
+        k, kf = kv(rand(rng, (1, 2, 64, 96), "f32"), kq8)
+        v, vf = kv(rand(rng, (1, 2, 64, 32), "f32"), vq8)
+        return q, k[:, :, :45], v[:, :, :45], kf[:, :, :45], vf[:, :, :45], True
+    assert shape == "seq_major_top_left"
+    q = rand(rng, (1, 13, 3, 32), "f32").transpose(0, 2, 1, 3)
+    k, kf = kv(rand(rng, (1, 9, 3, 32), "f32"), kq8)
+    v, vf = kv(rand(rng, (1, 9, 3, 64), "f32"), vq8)
+    t = (0, 2, 1, 3)
+    return q, k.transpose(t), v.transpose(t), kf.transpose(t), vf.transpose(t), "top_left"
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("kq8,vq8", [(True, True), (True, False), (False, True)])
+def test_q8_0_k_and_v_every_kernel(rng, shape, kernel, kq8, vq8):
+    q, k, v, kf, vf, causal = q8_case(rng, shape, kq8, vq8)
+    got = attn.attention(q, k, v, causal=causal, kernel=kernel,
+                         k_dtype="q8_0" if kq8 else None, v_dtype="q8_0" if vq8 else None)
+    assert got.dtype == np.float32 and got.shape == q.shape[:-1] + (vf.shape[-1],)
+    # The reference reads the decoded values: the kernels' own float32 bound.
+    check(got, reference(f64(q), kf, vf, causal=causal)[0], vf, "f32")
+
+
+def test_q8_0_on_every_supported_target(rng):
+    q, k, v, kf, vf, causal = q8_case(rng, "decode", True, True)
+    want = reference(f64(q), kf, vf, causal=causal)[0]
+    try:
+        for target in attn.supported_targets():
+            attn.force_target(target)
+            for kernel in KERNELS:
+                got = attn.attention(q, k, v, causal=causal, kernel=kernel, k_dtype="q8_0",
+                                     v_dtype="q8_0", out_dtype="float16")
+                check(got, want, vf, "f16")
+    finally:
+        attn.force_target("auto")
+
+
+def test_q8_0_errors_name_the_argument(rng):
+    q, k, v, _, _, _ = q8_case(rng, "gqa_causal", True, True)
+    with pytest.raises(TypeError, match="k must be float32, float16 or bfloat16, got uint8"):
+        attn.attention(q, k, v, v_dtype="q8_0")  # k's bytes without k_dtype
+    with pytest.raises(TypeError, match="v must be a uint8 array of q8_0 blocks"):
+        attn.attention(q, k, q, k_dtype="q8_0", v_dtype="q8_0")
+    with pytest.raises(ValueError, match="k_dtype must be None .* or 'q8_0', got 'q4_0'"):
+        attn.attention(q, k, v, k_dtype="q4_0", v_dtype="q8_0")
+    with pytest.raises(ValueError, match="multiple of 34 bytes"):
+        attn.attention(q, k[..., :60], v, k_dtype="q8_0", v_dtype="q8_0")
+    # Rows 70 bytes apart (not whole blocks), heads and batches whole blocks.
+    buf = np.zeros(2 * 2 * 2618, np.uint8)  # 2618 = 77 blocks >= 37 rows of 70 bytes
+    rows70 = np.lib.stride_tricks.as_strided(buf, shape=k.shape, strides=(5236, 2618, 70, 1))
+    with pytest.raises(ValueError, match=r"k.strides\[-2\] must be a multiple of 34 bytes .*got 70"):
+        attn.attention(q, rows70, v, k_dtype="q8_0", v_dtype="q8_0")
+    # k's 68 bytes are 64 elements: they must match q's head_dim (here 32).
+    with pytest.raises(ValueError, match=r"k.shape\[-1\] \(head_dim\) must equal q.shape\[-1\] \(32\), got 64"):
+        attn.attention(q[..., :32], k, v, k_dtype="q8_0", v_dtype="q8_0")
+
+
+def test_q8_0_paged_cache_with_append(rng):
+    """A paged q8_0 pool (uint8 (num_blocks, block_size, kv_heads, d/32*34))
+    with float32 new tokens quantised into it as quantize_q8_0 does."""
+    hq, hkv, d, bs = 4, 2, 64, 16
+    cached = np.array([20, 33], np.int32)
+    table = np.array([[3, 0, 5], [1, 4, 2]], np.int32)
+    k_pool = attn.quantize_q8_0(rand(rng, (6, bs, hkv, d), "f32"))
+    v_pool = attn.quantize_q8_0(rand(rng, (6, bs, hkv, d), "f32"))
+    k_new, v_new = rand(rng, (2, 1, hkv, d), "f32"), rand(rng, (2, 1, hkv, d), "f32")
+    q = rand(rng, (2, 1, hq, d), "f32")
+    out = attn.kvcache_attention(q, k_pool, v_pool, k_new, v_new, cache_seqlens=cached,
+                                 block_table=table, causal=True, cache_dtype="q8_0")
+    for b in range(2):
+        t = int(cached[b])
+        block, slot = table[b, t // bs], t % bs
+        np.testing.assert_array_equal(k_pool[block, slot], q8_ggml(k_new[b, 0]))
+        np.testing.assert_array_equal(v_pool[block, slot], q8_ggml(v_new[b, 0]))
+        keys = np.concatenate([k_pool[table[b, p]] for p in range(3)])[: t + 1]
+        vals = np.concatenate([v_pool[table[b, p]] for p in range(3)])[: t + 1]
+        want = reference(f64(q[b:b + 1].transpose(0, 2, 1, 3)),
+                         q8_values(keys).transpose(1, 0, 2)[None],
+                         q8_values(vals).transpose(1, 0, 2)[None], causal=True)[0]
+        check(out[b:b + 1].transpose(0, 2, 1, 3), want, q8_values(vals), "f32")
+
+
+def test_q8_0_varlen_attention(rng):
+    """Packed q8_0 k / v (total_k, kv_heads, d / 32 * 34) in a variable-length batch."""
+    cu_q, cu_k = np.array([0, 1, 4], np.int32), np.array([0, 37, 50], np.int32)
+    q = rand(rng, (4, 4, 64), "f32")
+    kq = attn.quantize_q8_0(rand(rng, (50, 2, 64), "f32"))
+    vq = attn.quantize_q8_0(rand(rng, (50, 2, 32), "f32"))
+    out = attn.varlen_attention(q, kq, vq, cu_q, cu_k, 3, 37, causal=True, k_dtype="q8_0",
+                                v_dtype="q8_0")
+    for b in range(2):
+        qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
+        want = reference(f64(q[qs]).transpose(1, 0, 2)[None], q8_values(kq[ks]).transpose(1, 0, 2)[None],
+                         q8_values(vq[ks]).transpose(1, 0, 2)[None], causal=True)[0]
+        check(out[qs].transpose(1, 0, 2)[None], want, q8_values(vq[ks]), "f32")
