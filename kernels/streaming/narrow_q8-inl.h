@@ -30,12 +30,14 @@
 // L2; a 2-core VM whose other core was busy with builds throughout, so
 // single runs move by +-15% and only alternated runs in one process
 // count), one thread, d = 128:
-// - decode from DRAM, T_k = 32768, attn-bench streaming rows, 5
-//   repetitions interleaved (bench/README.md), read probe 37.8 GB/s:
-//   16 heads f16 77.1 tok/s (median; bw_frac 0.55), q8_0 128.3 (0.48):
-//   1.66x; GQA 32/8 f16 143.7 (0.51), q8_0 205.9 (0.39): 1.43x. Issue
-//   24's bar is 1.7x: not reached for GQA, within the noise of it for 16
-//   heads (see below for why);
+// - decode from DRAM, T_k = 32768, attn-bench streaming rows, f16 and
+//   q8_0 alternated in one process (5-8 repetitions interleaved,
+//   bench/README.md), tokens/s medians of three runs (read probe 37.8,
+//   33.8, 28.5 GB/s): 16 heads f16 77.1 / 63.6 / 65.6, q8_0 128.3 / 111.7 /
+//   116.8, 1.66x / 1.75x / 1.78x (bw_frac 0.47-0.58); GQA 32/8 f16 143.7
+//   / 114.4 / 111.1, q8_0 205.9 / 176.3 / 169.1, 1.43x / 1.54x / 1.52x
+//   (bw_frac 0.37-0.42). Issue 24's bar, 1.7x, holds for 16 heads in two
+//   runs of three and not for GQA (below: why);
 // - the same code from L2 (4 heads x 256 keys, GQA 8/2 x 512; a scratch
 //   driver timing attention() in a loop): 16-head-like views 107 M keys/s
 //   (27.5 G elements/s) against f16's 101 M, GQA groups of 4 rows 56 M
@@ -48,8 +50,10 @@
 // elements, one int8 load-and-extend, one conversion and one multiply by
 // the scale, shared by the group's rows, then one FMA per row (f16: one
 // conversion); with 4 rows that is 80 FMA/multiply-pipe operations a key,
-// 40 cycles at two a cycle, where the group takes ~66 (f32 groups: ~94
-// against 32).
+// 40 cycles at two a cycle, where the group takes ~66 at the 3.6 GHz the
+// FMA probe implies (f32 groups: ~94 against 32): the rest is the
+// narrow path's per-key work (reductions, softmax, loop and prefetch
+// overhead), shared with the other types.
 // Measured and not kept:
 // - folding the scale into the dot products for one row (K: the chunk's
 //   q · int8 sum times the scale, one multiply per block instead of one
