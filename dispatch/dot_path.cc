@@ -210,14 +210,6 @@ DotPathRequest RequestedDotPath(const Problem& problem, const std::string& optio
   return r;
 }
 
-std::vector<DotPath> HardwareDotPaths() {
-  std::vector<DotPath> paths;
-  for (DotPath p : {DotPath::kWiden, DotPath::kAvx512Bf16, DotPath::kAmx}) {
-    if (Runnable(p, nullptr)) paths.push_back(p);
-  }
-  return paths;
-}
-
 namespace {
 
 // "" when a row of the path family `is_family` takes `p`, else why not.

@@ -47,9 +47,6 @@ DotPath ParseDotPath(const std::string& name);
 // A call's path from Options::dot_path: "" or "auto" is ActiveDotPath();
 // a name must be runnable here, else Error (field "dot_path").
 DotPath CallDotPath(const std::string& name);
-// The non-emulated paths that run here, widen first: a tuner's candidates.
-std::vector<DotPath> HardwareDotPaths();
-
 // A call's dot path before a tuning table is consulted: for a problem
 // whose Q, K and V are all bf16, Options::dot_path, else the process-wide
 // path; widen for every other problem (the path is not consulted, so a
