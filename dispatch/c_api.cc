@@ -112,6 +112,9 @@ bool OptionsFromC(const attn_options_t* co, attn::Options* options, attn_status_
   options->tiles.kv_block = o.kv_block;
   options->tiles.kv_splits = o.kv_splits;
   options->round_inputs_to_bf16 = o.round_inputs_to_bf16 != 0;
+  // NULL or "" leaves the choice to attn (attn.h "bf16 dot-product paths");
+  // a name that cannot run here is the call's Error (field "dot_path").
+  if (o.dot_path != nullptr) options->dot_path = o.dot_path;
   return true;
 }
 
@@ -152,13 +155,9 @@ attn_status_t attn_attention(const attn_problem_t* cp, const attn_options_t* co)
   if (causal < ATTN_CAUSAL_NONE || causal > ATTN_CAUSAL_TOP_LEFT) {
     return InvalidField("causal", causal, "must be 0..2 (attn_causal_t)");
   }
-  attn_options_t defaults;
-  attn_options_init(&defaults);
-  const attn_options_t& o = co != nullptr ? *co : defaults;
-  attn::KernelId kernel;
-  if (!attn::internal::KernelFromC(RawEnum(o.kernel), &kernel)) {
-    return InvalidField("kernel", RawEnum(o.kernel), "must name a kernel (attn_kernel_t)");
-  }
+  attn::Options opt;
+  attn_status_t status = ATTN_OK;
+  if (!OptionsFromC(co, &opt, &status)) return status;
   return Guard([&] {
     attn::Problem p;
     p.batch = cp->batch;
@@ -185,13 +184,6 @@ attn_status_t attn_attention(const attn_problem_t* cp, const attn_options_t* co)
     p.sinks = {cp->sinks, cp->sinks_size};
     p.alibi_slopes = {cp->alibi_slopes, cp->alibi_batch_stride};
 
-    attn::Options opt;
-    opt.kernel = kernel;
-    opt.threads = o.threads;
-    opt.tiles.q_block = o.q_block;
-    opt.tiles.kv_block = o.kv_block;
-    opt.tiles.kv_splits = o.kv_splits;
-    opt.round_inputs_to_bf16 = o.round_inputs_to_bf16 != 0;
     attn::attention(p, opt);
   });
 }
@@ -302,6 +294,19 @@ attn_status_t attn_force_target(const char* name) {
     return Fail(ATTN_INVALID_ARGUMENT, "attn: target must not be null, got null");
   }
   return Guard([&] { attn::ForceTarget(name); });
+}
+
+const char* attn_current_dot_path(void) {
+  const char* name = "";
+  Guard([&] { name = Intern(attn::CurrentDotPath()); });
+  return name;
+}
+
+attn_status_t attn_force_dot_path(const char* name) {
+  if (name == nullptr) {
+    return Fail(ATTN_INVALID_ARGUMENT, "attn: dot_path must not be null, got null");
+  }
+  return Guard([&] { attn::ForceDotPath(name); });
 }
 
 const char* attn_version(void) { return ATTN_VERSION; }

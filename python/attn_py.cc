@@ -435,7 +435,7 @@ nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb:
                      const nb::handle& out_dtype_obj, bool round_inputs_to_bf16,
                      const nb::handle& window_obj, float softcap, const nb::handle& sinks_obj,
                      const nb::handle& alibi_obj, const nb::handle& k_dtype_obj,
-                     const nb::handle& v_dtype_obj) {
+                     const nb::handle& v_dtype_obj, const std::string& dot_path) {
   const bool k_q8 = ParseKvDtype("k_dtype", k_dtype_obj), v_q8 = ParseKvDtype("v_dtype", v_dtype_obj);
   const Typed<InArray> q_in = TypedArray<InArray>("q", q_obj, kInWhat);
   const Typed<InArray> k_in = KvArray<InArray>("k", k_obj, k_q8, kInWhat);
@@ -571,6 +571,7 @@ nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb:
   options.kernel = attn::ParseKernel(kernel);
   options.threads = threads;
   options.round_inputs_to_bf16 = round_inputs_to_bf16;
+  options.dot_path = dot_path;
   {
     // The arrays stay referenced by the ndarray handles above, so the
     // kernels may run without the GIL (other Python threads keep going).
@@ -900,7 +901,7 @@ NB_MODULE(_attn, m) {
         "return_lse"_a = false, "out"_a = nb::none(), "out_dtype"_a = nb::none(),
         "round_inputs_to_bf16"_a = false, "window"_a = nb::none(), "softcap"_a = 0.0f,
         "sinks"_a = nb::none(), "alibi_slopes"_a = nb::none(), "k_dtype"_a = nb::none(),
-        "v_dtype"_a = nb::none(),
+        "v_dtype"_a = nb::none(), "dot_path"_a = "",
         R"(softmax(q @ k.T * scale + mask) @ v, in place on the caller's arrays.
 
 q: (..., Tq, d), k: (..., Tk, d), v: (..., Tk, dv) with ... = [batch,] heads
@@ -930,6 +931,10 @@ into. out_dtype: the element type of a new output ('float32', 'float16',
 round_inputs_to_bf16: opt in to bf16 arithmetic for float32 / float16 q, k,
 v (rounded to bf16 first, then the bf16 dot-product path in force); without
 it no input is ever rounded.
+dot_path: the bf16 dot-product path of this call (a name of
+attn.supported_dot_paths(): 'widen', 'avx512bf16', 'amx', an emulated one,
+...); '' (default): attn.current_dot_path() / the tuning table. A name that
+cannot run here raises attn.Error.
 window: (left, right) sliding window after causal alignment, -1 unbounded
 (FlashAttention's window_size). softcap: logits become softcap *
 tanh(s / softcap) (0: none). sinks: float32 (q_heads,) logits that join each

@@ -429,6 +429,47 @@ static void test_score_modifiers(void) {
   CHECK(strstr(attn_last_error(), "sinks.size") != NULL, "message: %s", attn_last_error());
 }
 
+/* The bf16 dot-product path from C: per call (attn_options_t.dot_path) and
+ * for the process (attn_force_dot_path), on the float32 problem rounded to
+ * bf16 (round_inputs_to_bf16), which is what the bf16 paths take. The
+ * emulated AVX512-BF16 path rounds P to bf16 and widen does not, so their
+ * outputs differ; the forced path gives the per-call path's bits. */
+static void test_dot_path(void) {
+  attn_options_t o;
+  attn_options_init(&o);
+  CHECK(o.dot_path == NULL, "dot_path defaults to %s", o.dot_path);
+  o.round_inputs_to_bf16 = 1;
+  attn_problem_t p = make_problem();
+  static float widened[B][TQ][HQ][DV], emulated[B][TQ][HQ][DV];
+  o.dot_path = "widen";
+  CHECK(attn_attention(&p, &o) == ATTN_OK, "widen: %s", attn_last_error());
+  memcpy(widened, out, sizeof out);
+  o.dot_path = "avx512bf16-emulated";
+  CHECK(attn_attention(&p, &o) == ATTN_OK, "emulated: %s", attn_last_error());
+  memcpy(emulated, out, sizeof out);
+  CHECK(memcmp(widened, emulated, sizeof out) != 0, "dot_path changed nothing");
+
+  o.dot_path = "NOPE";
+  memset(out, 0x7F, sizeof out);
+  static float sentinel[B][TQ][HQ][DV];
+  memcpy(sentinel, out, sizeof out);
+  CHECK(attn_attention(&p, &o) == ATTN_INVALID_ARGUMENT, "dot_path NOPE accepted");
+  CHECK(strstr(attn_last_error(), "dot path must be one of") != NULL &&
+            strstr(attn_last_error(), "NOPE") != NULL,
+        "message: %s", attn_last_error());
+  CHECK(memcmp(out, sentinel, sizeof out) == 0, "a refused call wrote the output");
+
+  CHECK(attn_force_dot_path(NULL) == ATTN_INVALID_ARGUMENT, "null dot path accepted");
+  CHECK(attn_force_dot_path("NOPE") == ATTN_INVALID_ARGUMENT, "dot path NOPE accepted");
+  CHECK(attn_force_dot_path("avx512bf16-emulated") == ATTN_OK, "force: %s", attn_last_error());
+  CHECK(strcmp(attn_current_dot_path(), "avx512bf16-emulated") == 0, "current: %s",
+        attn_current_dot_path());
+  o.dot_path = NULL;
+  CHECK(attn_attention(&p, &o) == ATTN_OK, "forced: %s", attn_last_error());
+  CHECK(memcmp(out, emulated, sizeof out) == 0, "the forced path is not the per-call one");
+  CHECK(attn_force_dot_path("auto") == ATTN_OK, "auto: %s", attn_last_error());
+}
+
 int main(void) {
   unsigned state = 12345u;
   for (float* x = &q[0][0][0][0]; x < &q[0][0][0][0] + sizeof q / sizeof(float); ++x) *x = next_value(&state);
@@ -449,6 +490,7 @@ int main(void) {
   test_16bit(ATTN_BF16, ATTN_F16, ATTN_F32);
   test_invalid_dtype();
   test_round_inputs_to_bf16();
+  test_dot_path();
   test_score_modifiers();
   test_q8_0();
   test_tuning_file_errors_are_statuses();

@@ -142,6 +142,11 @@ typedef struct attn_options_t {
   /** Nonzero: round float32 / f16 q, k, v to bf16 first and compute with the
    * bf16 dot-product paths (attn::Options::round_inputs_to_bf16); default 0. */
   int round_inputs_to_bf16;
+  /** The bf16 dot-product path of this call (attn::Options::dot_path:
+   * "widen", "avx512bf16", "amx", "emulated-avx512bf16", ...; see
+   * attn_force_dot_path); NULL or "": attn's choice. A name that cannot run
+   * here fails the call with ATTN_INVALID_ARGUMENT. */
+  const char* dot_path;
 } attn_options_t;
 
 /** Sets every field to its default (batch = heads = 1, mask col_stride 1,
@@ -169,6 +174,14 @@ attn_status_t attn_load_tuning_file(const char* path);
 const char* attn_current_target(void);
 /** Forces a SIMD target for the process ("" or "auto": the best supported). */
 attn_status_t attn_force_target(const char* name);
+
+/** The bf16 dot-product path all-bf16 calls take now (ATTN_DOT_PATH,
+ * attn_force_dot_path, or the default). Static string. */
+const char* attn_current_dot_path(void);
+/** Forces a bf16 dot-product path for the process (attn::ForceDotPath: "" or
+ * "auto" the default, never an emulation; "widen" turns the bf16 paths off).
+ * ATTN_INVALID_ARGUMENT for an unknown name or one that cannot run here. */
+attn_status_t attn_force_dot_path(const char* name);
 
 /** The library version, e.g. "0.1.0". Static string. */
 const char* attn_version(void);

@@ -79,3 +79,37 @@ def test_round_inputs_to_bf16_is_the_bf16_problem_of_the_values(rng, restore, pa
     np.testing.assert_array_equal(got, want)
     exact = attn.attention(q, k, v, causal="bottom_right", out_dtype=np.float32)
     assert not np.array_equal(exact, got)  # the default does not round
+
+
+@pytest.mark.parametrize("path", ["widen", "avx512bf16-emulated", "amx-emulated", "avx512bf16",
+                                  "amx"])
+def test_the_dot_path_keyword_chooses_the_path_of_one_call(rng, restore, path):
+    """dot_path= is the per-call form of force_dot_path: the same bits as the
+    call under the forced path, and the process's path is left as it was."""
+    if path not in attn.supported_dot_paths():
+        pytest.skip(f"{path} cannot run on this CPU ({attn.current_target()})")
+    q, k, v = (rand(rng, (1, 4, 19, 48), "bf16"), rand(rng, (1, 2, 67, 48), "bf16"),
+               rand(rng, (1, 2, 67, 32), "bf16"))
+    before = attn.current_dot_path()
+    got = attn.attention(q, k, v, causal="bottom_right", out_dtype=np.float32, dot_path=path)
+    assert attn.current_dot_path() == before
+    attn.force_dot_path(path)
+    want = attn.attention(q, k, v, causal="bottom_right", out_dtype=np.float32)
+    np.testing.assert_array_equal(got, want)
+    # widen and the bf16 paths differ (P is rounded to bf16 on the latter), so
+    # the keyword really reached the kernels.
+    other = "avx512bf16-emulated" if path == "widen" else "widen"
+    np.testing.assert_raises(AssertionError, np.testing.assert_array_equal, got,
+                             attn.attention(q, k, v, causal="bottom_right",
+                                            out_dtype=np.float32, dot_path=other))
+
+
+def test_a_dot_path_keyword_that_cannot_run_writes_nothing(rng, restore):
+    q, k, v = (rand(rng, (1, 1, 8, 16), "bf16") for _ in range(3))
+    out = np.full((1, 1, 8, 16), 7.0, np.float32)
+    with pytest.raises(attn.Error, match="dot path must be one of"):
+        attn.attention(q, k, v, out=out, dot_path="sve-bfdot")
+    if "amx" not in attn.supported_dot_paths():
+        with pytest.raises(attn.Error, match="cannot run here"):
+            attn.attention(q, k, v, out=out, dot_path="amx")
+    assert (out == 7.0).all()
