@@ -264,6 +264,32 @@ def probes(ctx):
             g("read_gbps_threads_2")]
 
 
+def dot_path_pivot(f, meta):
+    """bf16 prefill on a dot-product path (`/dtype:bf16/path:P/`) against the
+    float32 row of the same kernel and shape in the same attn-bench run, and
+    the path's two threads over its one."""
+    rows = bench_rows(meta["data"])
+    trs = []
+    for name, b in sorted(rows.items()):
+        m = re.match(r"(\w+)/T:(\d+)/d:(\d+)/causal:(\d)/dtype:bf16/path:([\w-]+)/threads:1$", name)
+        if not m or "GFLOPS" not in b:
+            continue
+        kern, T, d, causal, path = m.groups()
+        f32 = rows.get(f"{kern}/T:{T}/d:{d}/causal:{causal}/threads:1")
+        two = rows.get(name.replace("/threads:1", "/threads:2"))
+        trs.append([f"`{kern}` T={T} d={d}{' causal' if causal == '1' else ''}", path,
+                    f"{f32['GFLOPS']:.1f} ({f32['peak_frac']:.2f})" if f32 else "-",
+                    f"{b['GFLOPS']:.1f} ({b['peak_frac']:.2f})",
+                    f"{b['GFLOPS'] / f32['GFLOPS']:.2f}×" if f32 else "-",
+                    f"{two['GFLOPS'] / b['GFLOPS']:.2f}×" if two else "-"])
+    if not trs:
+        return []
+    return [f"attn-bench, `{f}` ({meta_line(meta)}): GFLOP/s, best repetition, one thread (peak_frac: "
+            "float32 over the FMA peak, bf16 over the path's own instruction peak, both probed in the "
+            "same process)." + (f" {meta['note']}." if meta.get("note") else ""), ""] + table(
+        ["row", "path", "float32", "bf16", "bf16 / float32", "bf16, 2 threads / 1"], trs) + [""]
+
+
 def decode_pivot(f, meta):
     rows = bench_rows(meta["data"])
     out = []
@@ -348,6 +374,9 @@ def section(kind):
     if t:
         out += ["### Prefill, 16-bit, against the peers", "",
                 "Q, K, V and O all of the type, for attn and for the peer.", ""] + t + [""]
+    dots = [line for f, m in benches for line in dot_path_pivot(f, m)]
+    if dots:
+        out += ["### Prefill, bf16 dot-product paths against float32", ""] + dots
 
     dec = []
     t = peer_table(kind, lambda s: s["kind"] == "decode", True)
@@ -479,11 +508,21 @@ def precision_lines(kind):
             by = {}
             for r in rows:
                 by.setdefault(r["dtype"], []).append(r)
-            trs = [[t, str(len(v)), rng([r["ratio_max"] for r in v]),
+            def shapes(v):
+                n = len({r["shape"] for r in v})
+                seeds = len({r.get("seed", 1) for r in v})
+                return f"{n} × {seeds} seeds" if seeds > 1 else str(n)
+
+            def median(x):
+                x = sorted(x)
+                return x[len(x) // 2] if len(x) % 2 else 0.5 * (x[len(x) // 2 - 1] + x[len(x) // 2])
+            trs = [[t, shapes(v), rng([r["ratio_max"] for r in v]),
+                    f"{median([r['ratio_max'] for r in v]):.2f}",
                     rng([r["attn_rms"] / r["torch_rms"] for r in v])] for t, v in sorted(by.items())]
             out += [f"attn against PyTorch, error against float64 on the same 16-bit inputs, outputs in "
                     f"the type (`{f}`, {meta_line(m)}):", ""]
-            out += table(["type", "shapes", "attn / PyTorch, max error", "attn / PyTorch, rms error"], trs) + [""]
+            out += table(["type", "shapes", "attn / PyTorch, max error", "median", "attn / PyTorch, rms error"],
+                         trs) + [""]
         elif tool == "precision-reference":
             rows = m["data"]["rows"]
             combos = []
