@@ -15,8 +15,8 @@
 // row's window start, skipping whole tiles outside. Measured on AMD EPYC
 // Zen 5 (family 26 model 2, 2-core VM shared with builds, load 1.8-3.5), one
 // thread, T = 8192, d = 128, causal, GFLOP/s on the visible pairs, against
-// full causal in the same attn-bench process: W = 4096 0.98, W = 512
-// 0.82-0.86 (issue 25's bar is 0.85). Not helping at W = 512 (all within
+// full causal in the same attn-bench process (interleaved repetitions, two
+// processes): W = 4096 0.94-0.99, W = 512 0.79-0.86 (issue 25's bar is 0.85). Not helping at W = 512 (all within
 // that spread): q_block 32 to 512 with kv_block 64 to 272 in place of the
 // default rule's 256 / 128, and visiting only the band-edge keys in
 // WindowPanelTile. The loss is the band's edges (a 32-row panel computes 544
