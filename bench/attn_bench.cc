@@ -53,11 +53,13 @@ struct Case {
   // default). Named "/path:<p>" before "/threads:".
   std::string dot_path;
   // Score modifiers (attn.h): a causal sliding window of `window` keys to
-  // the left (-1: none), a soft-cap (0: none), a sink logit per query head.
-  // Named "/window:W", "/softcap:C", "/sinks:1" before "/threads:".
+  // the left (-1: none), a soft-cap (0: none), a sink logit per query head,
+  // ALiBi slopes per query head (the paper's 2^(-8(h+1)/H)).
+  // Named "/window:W", "/softcap:C", "/sinks:1", "/alibi:1" before "/threads:".
   int64_t window = -1;
   float softcap = 0.0f;
   bool sinks = false;
+  bool alibi = false;
 
   bool NotAllF32() const { return qo != attn::DType::kF32 || kv != attn::DType::kF32; }
   std::string TypeField() const {
@@ -72,6 +74,7 @@ struct Case {
     if (window >= 0) modifiers += "/window:" + std::to_string(window);
     if (softcap != 0.0f) modifiers += "/softcap:" + std::to_string(int(softcap));
     if (sinks) modifiers += "/sinks:1";
+    if (alibi) modifiers += "/alibi:1";
     const std::string threads_s = TypeField() + (dot_path.empty() ? "" : "/path:" + dot_path) +
                                   modifiers + "/threads:" + std::to_string(threads);
     const std::string heads =
@@ -373,6 +376,13 @@ void RunCase(benchmark::State& state, const Case& c) {
     for (int64_t h = 0; h < c.q_heads; ++h) sinks.push_back(0.25f * float(h % 4));
     p.sinks = {sinks.data(), c.q_heads};
   }
+  std::vector<float> slopes;
+  if (c.alibi) {
+    for (int64_t h = 0; h < c.q_heads; ++h) {
+      slopes.push_back(std::exp2(-8.0f * float(h + 1) / float(c.q_heads)));
+    }
+    p.alibi_slopes = {slopes.data(), 0};
+  }
   attn::Options options;
   options.kernel = c.id;
   options.threads = c.threads;
@@ -632,7 +642,8 @@ std::vector<Case> DefaultCases() {
   // Score modifiers (attn.h), one thread, streaming, each next to the plain
   // row of the same shape above: causal windows W = 512 and 4096 at T = 8192
   // (GFLOP/s on the visible pairs), a soft-cap of 50 (Gemma 2's) at T = 2048,
-  // and sinks in GQA 32/8 decode at T_k = 32768.
+  // ALiBi at T = 2048 causal (every pair is visible: the FLOPs are the plain
+  // row's), and sinks in GQA 32/8 decode at T_k = 32768.
   for (const Kernel& kern : kernels) {
     if (kern.name != std::string("streaming")) continue;
     for (int64_t W : {int64_t{512}, int64_t{4096}}) {
@@ -653,6 +664,16 @@ std::vector<Case> DefaultCases() {
       c.d = 128;
       c.causal = causal;
       c.softcap = 50.0f;
+      cases.push_back(c);
+    }
+    {
+      Case c;
+      c.kernel = kern.name;
+      c.id = kern.id;
+      c.T = 2048;
+      c.d = 128;
+      c.causal = true;
+      c.alibi = true;
       cases.push_back(c);
     }
     Case c;

@@ -124,8 +124,9 @@ AutoChoice ChooseAutoFrom(const LoadedTable* loaded, const std::string& current_
   const bool all_bf16 = problem.q.dtype == DType::kBF16 && problem.k.dtype == DType::kBF16 &&
                         problem.v.dtype == DType::kBF16;
   if (all_bf16) c.dot_path = DotPathName(dot.path);
-  const ShapeKey key = MakeShapeKey(in.q_len, in.kv_len, in.head_dim, problem.causal, in.threads,
-                                    problem.k.dtype, problem.q.dtype);
+  const ShapeKey key =
+      MakeShapeKey(in.q_len, in.kv_len, in.head_dim, problem.causal, in.threads, problem.k.dtype,
+                   problem.q.dtype, WindowSpan(problem.window, problem.causal, in.kv_len));
   // `why` is only called when explaining, so sentences cost nothing otherwise.
   auto use_default = [&](auto why) {
     if (all_bf16) c.dot_path = DotPathName(dot.path);
@@ -164,7 +165,9 @@ AutoChoice ChooseAutoFrom(const LoadedTable* loaded, const std::string& current_
   if (match.index < 0) {
     return use_default([&] {
       return "the tuning table " + Quoted(loaded->path) + " has no entry in the bucket of " +
-             ShapeText(key) + " (same threads and causal flag, T_q and T_k within 4x, d within 2x)";
+             ShapeText(key) +
+             " (same threads, causal flag and element types, windowed or not, T_q, T_k and a "
+             "window's span within 4x, d within 2x)";
     });
   }
   const TuningEntry& e = t.entries[size_t(match.index)];

@@ -53,6 +53,11 @@ class Reader {
     if (value < lo || value > hi) Bad(path_ + name, v, must);
     x = T(value);
   }
+  // An optional integer; absent: x keeps its default.
+  template <typename T>
+  void OptionalInt(const char* name, T& x, int64_t lo, int64_t hi) {
+    if (object_.find(name) != object_.end()) Int(name, x, lo, hi);
+  }
   void Bool(const char* name, bool& x) { x = BoolValue(name, Field(name)); }
   void OptionalBool(const char* name, bool& x) {
     if (const auto it = object_.find(name); it != object_.end()) x = BoolValue(name, *it);
@@ -170,6 +175,11 @@ class Writer {
 
   template <typename T>
   void Int(const char* name, T& x, int64_t, int64_t) { object_[name] = x; }
+  // Written only when set, so a table without it reads as before.
+  template <typename T>
+  void OptionalInt(const char* name, T& x, int64_t, int64_t) {
+    if (x != 0) object_[name] = x;
+  }
   void Bool(const char* name, bool& x) { object_[name] = x; }
   void OptionalBool(const char* name, bool& x) { object_[name] = x; }
   void String(const char* name, std::string& x) { object_[name] = x; }
@@ -227,6 +237,7 @@ void EntryFields(Visitor& v, TuningEntry& e) {
   v.Int("threads", e.shape.threads, 1, 1 << 16);
   v.OptionalDType("kv_dtype", e.shape.kv_type);
   v.OptionalDType("q_dtype", e.shape.q_type);
+  v.OptionalInt("window", e.shape.window, 0, kMaxLen);  // schema version 2
   v.Kernel("kernel", e.kernel);
   v.OptionalDotPath("dot_path", e.dot_path);
   v.Object("tiles", /*optional=*/false, [&](auto& tiles) {
@@ -288,11 +299,18 @@ TuningTable ParseTable(const Json& j) {
 
 }  // namespace
 
+int SchemaVersionFor(const TuningTable& table) {
+  for (const TuningEntry& e : table.entries) {
+    if (e.shape.window != 0) return 2;
+  }
+  return 1;
+}
+
 std::string SerializeTuning(const TuningTable& table) {
   TuningTable t = table;  // the visitors take fields by reference
   OrderedJson j;
   j["schema"] = kTuningSchemaName;
-  j["schema_version"] = t.schema_version;
+  j["schema_version"] = SchemaVersionFor(t);
   Writer top(j);
   TableFields(top, t);
   OrderedJson entries = OrderedJson::array();

@@ -15,7 +15,14 @@ namespace attn::internal {
 
 // Bump when a reader of the previous version would misread a new file.
 // Readers accept every version <= theirs and ignore newer files.
-inline constexpr int kTuningSchemaVersion = 1;
+// Version 2 added the entries' "window" (ShapeKey::window): a version-1
+// reader would apply a windowed entry to full-attention calls, so a table
+// with a windowed entry is written as version 2; one without is written as
+// version 1, which every reader takes as before (SerializeTuning).
+inline constexpr int kTuningSchemaVersion = 2;
+// The version SerializeTuning writes for `table`: the oldest that holds it.
+struct TuningTable;
+int SchemaVersionFor(const TuningTable& table);
 inline constexpr const char* kTuningSchemaName = "attn-tuning";
 
 // Tiles a table may name. Beyond these a kernel's scratch (q_block x d,

@@ -656,6 +656,26 @@ void TestSoftcap() {
     }
     printf("%s: softcap %g over %zu scores: worst error %.2f of the bound\n", target, double(cap),
            x.size(), worst);
+    // Softcap keeps Highway's Tanh arithmetic with fewer operations
+    // (modifiers-inl.h): the same values as cap · hn::Tanh of the clamped
+    // quotient, bit for bit, but where the quotient is subnormal.
+    const DF df;
+    HWY_ALIGN float lanes[hn::MaxLanes(DF())];
+    for (size_t i = 0; i < x.size(); i += size_t(N)) {
+      const VF y = hn::Mul(hn::LoadU(df, x.data() + i), hn::Set(df, 1.0f / cap));
+      const VF clamped = hn::Min(hn::Max(hn::IfThenZeroElse(hn::IsNaN(y), y), hn::Set(df, -19.0f)),
+                                 hn::Set(df, 19.0f));
+      hn::Store(hn::Mul(hn::Set(df, cap), hn::Tanh(df, clamped)), df, lanes);
+      for (int64_t n = 0; n < N; ++n) {
+        const float xi = x[i + size_t(n)];
+        if (std::isnan(xi) || std::fabs(xi / cap) < std::ldexp(1.0f, -125)) continue;
+        if (lanes[n] != s[i + size_t(n)]) {
+          ADD_FAILURE() << target << ": softcap " << cap << " of " << xi << " = "
+                        << s[i + size_t(n)] << ", cap * hn::Tanh gives " << lanes[n];
+          return;
+        }
+      }
+    }
   }
 }
 

@@ -82,6 +82,12 @@ std::vector<Modifiers> AllModifiers() {
   m.window = {4, 2};
   out.push_back(m);
   m = {};
+  // Wider than a panel (up to 32 rows): keys every row of a panel sees lie
+  // between the two edges that WindowPanelTile masks, and are not touched.
+  m.name = "window_45_35";
+  m.window = {45, 35};
+  out.push_back(m);
+  m = {};
   m.name = "window_right0";
   m.window = {-1, 0};
   out.push_back(m);

@@ -804,7 +804,9 @@ TEST(TuningFile, RoundTripsThroughText) {
   std::string why;
   const std::optional<TuningTable> back = internal::ParseTuning(Serialized(t), &why);
   ASSERT_TRUE(back) << why;
-  EXPECT_EQ(back->schema_version, internal::kTuningSchemaVersion);
+  // No windowed entry: written as version 1, which readers before the
+  // window key read too (SchemaVersionFor).
+  EXPECT_EQ(back->schema_version, 1);
   EXPECT_EQ(back->library_version, t.library_version);
   EXPECT_EQ(back->cpu_model, t.cpu_model);
   EXPECT_EQ(back->target, t.target);
@@ -859,6 +861,145 @@ TEST(TuningFile, KvTypeRoundTripsAndAnOlderFileIsFloat32) {
   bad.replace(bad.find("\"kv_dtype\": \"f32\""), field.size() - 1, "\"kv_dtype\": \"f64\"");
   EXPECT_FALSE(internal::ParseTuning(bad, &why));
   EXPECT_NE(why.find("kv_dtype"), std::string::npos) << why;
+}
+
+// Entries carry a sliding window's span (issue 25). A table with a windowed
+// entry is schema version 2, so that a reader without the key (version 1)
+// ignores the file instead of applying the entry to full-attention calls; a
+// file without the field loads with no window.
+TEST(TuningFile, WindowRoundTripsAndAnOlderFileHasNone) {
+  TuningTable t = ThisMachineTable();
+  TuningEntry windowed = Entry(8192, 8192, 128, true, 1, KernelId::kStreaming, Tiles{128, 64, 1});
+  windowed.shape.window = 512;
+  t.entries.push_back(windowed);
+  const std::string text = Serialized(t);
+  EXPECT_NE(text.find("\"schema_version\": 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"window\": 512"), std::string::npos) << text;
+  std::string why;
+  std::optional<TuningTable> back = internal::ParseTuning(text, &why);
+  ASSERT_TRUE(back) << why;
+  EXPECT_EQ(back->schema_version, 2);
+  ASSERT_EQ(back->entries.size(), 4u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(back->entries[i].shape.window, 0) << i;
+  EXPECT_EQ(back->entries[3].shape.window, 512);
+  EXPECT_EQ(back->entries[3].tiles.q_block, 128);
+  EXPECT_EQ(Serialized(*back), text);  // a fixed point
+
+  // The same shape with and without the window are two entries, not a repeat.
+  TuningEntry full = windowed;
+  full.shape.window = 0;
+  t.entries.push_back(full);
+  back = internal::ParseTuning(Serialized(t), &why);
+  ASSERT_TRUE(back) << why;
+  EXPECT_EQ(back->entries.size(), 5u);
+
+  // A version-1 file (no "window" anywhere) loads with no windowed entry.
+  const std::string old = Serialized(ThisMachineTable());
+  EXPECT_EQ(old.find("\"window\""), std::string::npos) << old;
+  EXPECT_NE(old.find("\"schema_version\": 1"), std::string::npos) << old;
+  back = internal::ParseTuning(old, &why);
+  ASSERT_TRUE(back) << why;
+  for (const TuningEntry& e : back->entries) EXPECT_EQ(e.shape.window, 0);
+}
+
+// What the key calls a window: the keys one row's window spans when that is
+// fewer than T_k, worked out by hand from attn.h's definition.
+TEST(Bucketing, AWindowIsKeyedByTheKeysARowSpans) {
+  using internal::WindowSpan;
+  // Causal: the right side stops at the diagonal whatever it says.
+  EXPECT_EQ(WindowSpan(Window{511, 0}, Causal::kBottomRight, 8192), 512);
+  EXPECT_EQ(WindowSpan(Window{511, -1}, Causal::kTopLeft, 8192), 512);
+  EXPECT_EQ(WindowSpan(Window{511, 7}, Causal::kTopLeft, 8192), 512);
+  // Without a causal mask both sides count; an unbounded right reaches T_k.
+  EXPECT_EQ(WindowSpan(Window{511, 10}, Causal::kNone, 8192), 522);
+  EXPECT_EQ(WindowSpan(Window{511, -1}, Causal::kNone, 8192), 0);
+  // Windows that hide nothing a row would read, or no left bound: none.
+  EXPECT_EQ(WindowSpan(Window{}, Causal::kTopLeft, 8192), 0);
+  EXPECT_EQ(WindowSpan(Window{-1, 0}, Causal::kNone, 8192), 0);
+  EXPECT_EQ(WindowSpan(Window{8191, 0}, Causal::kTopLeft, 8192), 0);
+  EXPECT_EQ(WindowSpan(Window{8190, 0}, Causal::kTopLeft, 8192), 8191);
+  EXPECT_EQ(WindowSpan(Window{int64_t{1} << 40, 0}, Causal::kTopLeft, 8192), 0);
+  // Decode: the one query's window.
+  EXPECT_EQ(WindowSpan(Window{127, 0}, Causal::kBottomRight, 32768), 128);
+
+  const ShapeKey full = internal::MakeShapeKey(8192, 8192, 128, Causal::kTopLeft, 1);
+  const ShapeKey w512 = internal::MakeShapeKey(8192, 8192, 128, Causal::kTopLeft, 1, DType::kF32,
+                                               DType::kF32, 512);
+  EXPECT_FALSE(internal::SameShape(full, w512));
+  EXPECT_EQ(internal::ShapeText(full).find("window"), std::string::npos);
+  EXPECT_NE(internal::ShapeText(w512).find(" window=512"), std::string::npos);
+}
+
+TEST(Bucketing, WindowedAndFullShapesAreNeverMixed) {
+  std::vector<TuningEntry> e = {Entry(8192, 8192, 128, true, 1, KernelId::kStreaming, {256, 128, 1}),
+                                Entry(8192, 8192, 128, true, 1, KernelId::kStreaming, {64, 64, 1})};
+  e[1].shape.window = 512;
+  ShapeKey key{8192, 8192, 128, true, 1};
+  EXPECT_EQ(internal::FindBucket(e, key).index, 0);
+  key.window = 512;
+  BucketMatch m = internal::FindBucket(e, key);
+  EXPECT_EQ(m.index, 1);
+  EXPECT_TRUE(m.exact);
+  // A window's span buckets like T: within 4x, by |log2| distance.
+  key.window = 1024;
+  m = internal::FindBucket(e, key);
+  EXPECT_EQ(m.index, 1);
+  EXPECT_FALSE(m.exact);
+  EXPECT_DOUBLE_EQ(m.distance, 1.0);
+  key.window = 2048;
+  EXPECT_EQ(internal::FindBucket(e, key).index, 1);
+  key.window = 2049;
+  EXPECT_EQ(internal::FindBucket(e, key).index, -1);  // not the full entry either
+  key.window = 128;
+  EXPECT_EQ(internal::FindBucket(e, key).index, 1);
+  key.window = 127;
+  EXPECT_EQ(internal::FindBucket(e, key).index, -1);
+  // Without the windowed entry a windowed call finds no bucket at all.
+  e.pop_back();
+  key.window = 512;
+  EXPECT_EQ(internal::FindBucket(e, key).index, -1);
+}
+
+// `auto` through a loaded file: a full-attention entry is not applied to a
+// windowed call of its shape, a windowed entry is, and the explanation
+// names the window's span.
+TEST_F(TuningTest, AutoAppliesAWindowedEntryOnlyToWindowedCalls) {
+  TuningTable t = ThisMachineTable();  // entries[2]: 256x256 d=128 causal, one thread
+  const std::string path = TempPath("window.json");
+  WriteFile(path, Serialized(t));
+  ASSERT_TRUE(LoadTuningFile(path).loaded);
+  Problem p;
+  p.q_len = p.kv_len = 256;
+  p.head_dim = 128;
+  p.causal = Causal::kTopLeft;
+  Options o;
+  o.threads = 1;
+  EXPECT_EQ(ExplainChoice(p, o).source, "table");
+  p.window = Window{31, 0};
+  AutoChoice c = ExplainChoice(p, o);
+  EXPECT_EQ(c.source, "default");
+  EXPECT_NE(c.reason.find("window=32"), std::string::npos) << c.reason;
+
+  TuningEntry windowed = Entry(256, 256, 128, true, 1, KernelId::kBlocked, Tiles{32, 16, 1});
+  windowed.shape.window = 32;
+  t.entries.push_back(windowed);
+  WriteFile(path, Serialized(t));
+  ASSERT_TRUE(LoadTuningFile(path).loaded);
+  c = ExplainChoice(p, o);
+  EXPECT_EQ(c.source, "table");
+  EXPECT_EQ(c.kernel, KernelId::kBlocked);
+  EXPECT_EQ(c.tiles.kv_block, 16);
+  EXPECT_NE(c.reason.find("window=32"), std::string::npos) << c.reason;
+  p.window = Window{47, 0};  // span 48: the windowed entry's bucket
+  c = ExplainChoice(p, o);
+  EXPECT_EQ(c.source, "bucket");
+  EXPECT_EQ(c.kernel, KernelId::kBlocked);
+  p.window = Window{};  // the full shape keeps its own entry
+  c = ExplainChoice(p, o);
+  EXPECT_EQ(c.source, "table");
+  EXPECT_EQ(c.kernel, KernelId::kStreaming);
+  ClearTuning();
+  std::remove(path.c_str());
 }
 
 TEST_F(TuningTest, AutoUsesOnlyEntriesOfTheCallsKvType) {
@@ -961,6 +1102,9 @@ std::vector<BadFile> BadFiles() {
                  "entries must be an array, got 5"});
   bad.push_back({"nan_figure", Replace(good, "\"gflops\": 42.5", "\"gflops\": \"fast\""),
                  "entries[0].measured.gflops must be a finite number, got \"fast\""});
+  bad.push_back({"negative_window", Replace(good, "\"q_dtype\": \"f32\",",
+                                            "\"q_dtype\": \"f32\", \"window\": -3,"),
+                 "entries[0].window must be an integer in [0, 1099511627776], got -3"});
   TuningTable duplicate = ThisMachineTable();
   duplicate.entries.push_back(duplicate.entries[0]);
   bad.push_back({"duplicate_shape", Serialized(duplicate), "entries[3] repeats the shape of entries[0]"});

@@ -8,9 +8,11 @@
 //      table loaded earlier);
 //   2. the environment variable ATTN_TUNING_FILE (set but empty: no table);
 //   3. DefaultTuningPath(), when that file exists.
-// `auto` then looks up the call's (T_q, T_k, d, causal, threads): an exact
-// entry, else the entry of the nearest shape bucket, else the built-in
-// default rule. Explicit (non-zero) Options::tiles fields still win.
+// `auto` then looks up the call's (T_q, T_k, d, causal, threads, element
+// types, sliding-window span): an exact entry, else the entry of the
+// nearest shape bucket, else the built-in default rule. A windowed call
+// only ever takes a windowed entry, and a full one a full one
+// (docs/tuner.md "Sliding windows"). Explicit (non-zero) Options::tiles fields still win.
 //
 // A file made on another CPU model or SIMD target, or one that is corrupt,
 // truncated, of a newer schema, or has missing or ill-typed fields, is

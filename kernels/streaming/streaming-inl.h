@@ -10,6 +10,20 @@
 // Causal: keys beyond the block's last visible key are never touched, a
 // panel skips tiles wholly above its diagonal, and only tiles crossing it are
 // masked.
+// Sliding window: a block reads only the keys from its first row's window
+// start to its last row's limit, and each panel computes from its own first
+// row's window start, skipping whole tiles outside. Measured on AMD EPYC
+// Zen 5 (family 26 model 2, 2-core VM shared with builds, load 1.8-3.5), one
+// thread, T = 8192, d = 128, causal, GFLOP/s on the visible pairs, against
+// full causal in the same attn-bench process (interleaved repetitions, two
+// processes): W = 4096 0.94-0.99, W = 512 0.79-0.86 (issue 25's bar is 0.85). Not helping at W = 512 (all within
+// that spread): q_block 32 to 512 with kv_block 64 to 272 in place of the
+// default rule's 256 / 128, and visiting only the band-edge keys in
+// WindowPanelTile. The loss is the band's edges (a 32-row panel computes 544
+// keys for 513 visible a row: the two edge triangles, masked) and the
+// per-row packing and finishing spread over 513 keys instead of 4096; CPU
+// time measured 1.09x full causal's per computed pair. Edges trimmed to one
+// panel vector (16 rows) would halve the triangles (docs/modifiers.md).
 //
 // Memory traffic: K and V are read once per query block (q_block rows share
 // each key tile while it is in L1/L2); Q is read once; O is written once.

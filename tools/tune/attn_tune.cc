@@ -109,8 +109,18 @@ int Explain(const Args& args, bool output_given) {
   attn::Options options;
   options.threads = threads;
   const attn::AutoChoice c = attn::ExplainChoice(shape, options);
-  fmt::print("auto for T_q={} T_k={} d={}{} with {} thread{}:\n", args.explain[0], args.explain[1],
-             args.explain[2], args.causal ? " causal" : "", c.threads, c.threads == 1 ? "" : "s");
+  const std::string window_text =
+      args.window.size() == 2
+          ? fmt::format(" window ({}, {})", args.window[0], args.window[1])
+          : std::string();
+  fmt::print("auto for T_q={} T_k={} d={}{}{} with {} thread{}:\n", args.explain[0],
+             args.explain[1], args.explain[2], args.causal ? " causal" : "", window_text, c.threads,
+             c.threads == 1 ? "" : "s");
+  // The key the table is searched with (a window by its span: WindowSpan).
+  const attn::internal::ShapeKey key = attn::internal::MakeShapeKey(
+      shape.q_len, shape.kv_len, shape.head_dim, shape.causal, c.threads, shape.k.dtype,
+      shape.q.dtype, attn::internal::WindowSpan(shape.window, shape.causal, shape.kv_len));
+  fmt::print("  key     {}\n", attn::internal::ShapeText(key));
   fmt::print("  kernel  {}\n", attn::KernelName(c.kernel));
   fmt::print("  tiles   q_block={} kv_block={} kv_splits={}\n", c.tiles.q_block, c.tiles.kv_block,
              c.tiles.kv_splits);
@@ -162,6 +172,13 @@ int Verify(const Args& args) {
              "GFLOP/s", "default", "speedup");
   double worst = std::numeric_limits<double>::infinity();
   for (const TuningEntry& e : table->entries) {
+    if (e.shape.window > 0) {
+      // attn-tune tunes no windowed shapes; one in a table came from
+      // elsewhere, and its window's sides are not in the key to rerun it.
+      fmt::print("{:<28} windowed (span {}): not timed\n",
+                 attn::internal::ShapeText(e.shape), e.shape.window);
+      continue;
+    }
     const attn_tune::TuneShape shape{e.shape.q_len, e.shape.kv_len, e.shape.head_dim,
                                      e.shape.causal, e.shape.threads, e.shape.kv_type,
                                      e.shape.q_type};
@@ -203,7 +220,7 @@ TuningTable Merge(TuningTable fresh, const std::string& path, int* kept) {
       return f.shape.q_len == e.shape.q_len && f.shape.kv_len == e.shape.kv_len &&
              f.shape.head_dim == e.shape.head_dim && f.shape.causal == e.shape.causal &&
              f.shape.threads == e.shape.threads && f.shape.kv_type == e.shape.kv_type &&
-             f.shape.q_type == e.shape.q_type;
+             f.shape.q_type == e.shape.q_type && f.shape.window == e.shape.window;
     });
     if (!retuned) {
       fresh.entries.push_back(e);
@@ -213,9 +230,9 @@ TuningTable Merge(TuningTable fresh, const std::string& path, int* kept) {
   for (const auto& [threads, peak] : old->peak_gflops) fresh.peak_gflops.emplace(threads, peak);
   std::stable_sort(fresh.entries.begin(), fresh.entries.end(), [](const TuningEntry& a, const TuningEntry& b) {
     return std::tie(a.shape.q_type, a.shape.kv_type, a.shape.threads, a.shape.causal,
-                    a.shape.head_dim, a.shape.q_len, a.shape.kv_len) <
+                    a.shape.window, a.shape.head_dim, a.shape.q_len, a.shape.kv_len) <
            std::tie(b.shape.q_type, b.shape.kv_type, b.shape.threads, b.shape.causal,
-                    b.shape.head_dim, b.shape.q_len, b.shape.kv_len);
+                    b.shape.window, b.shape.head_dim, b.shape.q_len, b.shape.kv_len);
   });
   return fresh;
 }
