@@ -27,15 +27,17 @@
 // float32 accumulator (AccumulateRows, the two-part log-sum-exp merge);
 // the parts of a split piece are merged in double (MergePartialRows).
 //
-// Cost of paging this way: per page run, one kernel call (a few hundred ns
-// of setup: sub-problem, head views, target dispatch) and one merge of
-// group x rows x (d_v + 1) floats written by the kernel and read back with
-// the accumulator, which is rewritten (L1-resident; for decode with 4 query
-// heads per kv head and d_v = 128, 2 KiB each: about 8 KiB of L1 traffic
-// per page against 8 KiB of bf16 K+V per 16-token page read from memory). A kernel whose key-tile loop walks the
-// block table itself (tiles following page boundaries, one online softmax
-// across pages, no merge) removes both; that needs a page-table-aware
-// per-view entry point in kernels/, the next step.
+// Kernels with a span entry point (KernelImpl::run_spans: the streaming
+// kernel, and the parallel row, whose items run on one thread) take a
+// paged item's whole key range in one call instead: the list of its page
+// runs (KeySpan, per kv head), tiles following them and one online softmax
+// across all of them, so there is no kernel call and no merge per page.
+// The other kernels (naive, blocked, the bf16 dot-product and AMX rows) run
+// a step per page run as above. Cost of that per-page path: per page run,
+// one kernel call (a few hundred ns of setup) and one merge of group x rows
+// x (d_v + 1) floats in L1; for decode with 4 query heads per kv head and
+// d_v = 128 about 8 KiB of L1 traffic per page against 8 KiB of bf16 K+V
+// per 16-token page read from memory.
 #include "dispatch/serving_run.h"
 
 #include <omp.h>
