@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "attn/attn.h"
+#include "attn/serving.h"
 #include "bench/peak.h"
 #ifdef ATTN_BENCH_HAVE_BLAS
 #include "bench/blas_baseline.h"
@@ -765,6 +766,267 @@ std::vector<Case> DefaultCases() {
   return cases;
 }
 
+// ---- Serving rows (attn/serving.h) ---------------------------------------
+// Each row times two ways of computing the same step in ONE loop, one call
+// of each per iteration, alternated, so that load from elsewhere on a
+// shared machine falls on both sides of the ratio alike:
+// - serving/decode_step/bs:B: a continuous-batching decode step (16
+//   sequences, T_k geometric from 100 to 32768, one query each, GQA 32/8,
+//   d = 128, bf16 pool, float32 queries and output) through PagedAttention
+//   over shuffled pages of B tokens, against the same keys laid out
+//   contiguously through VarlenAttention. Counters: paged_GBps and
+//   contig_GBps (K/V bytes read once per step / its time), their bw_frac
+//   (against the read probe of that thread count), and paged_vs_contig.
+// - serving/mixed_step/bs:16: the same cache, two of the sequences a
+//   chunked-prefill chunk of 256 causal queries (bottom-right), the rest
+//   decode; paged_vs_contig is the ratio of steps per second.
+// - serving/varlen_vs_dense: 16 ragged causal prefills (T from 16 to 511,
+//   16/4 heads, d = 64, float32), one VarlenAttention call against 16
+//   attention() calls on the same packed tokens; varlen_speedup = dense
+//   time / varlen time.
+// Time basis as SetCounters: the thread's CPU time at one thread, wall
+// clock at two.
+
+struct ServingRow {
+  enum class Kind { kDecode, kMixed, kVarlenVsDense };
+  Kind kind = Kind::kDecode;
+  int64_t block_size = 16;
+  int threads = 1;
+  std::string Name() const {
+    const std::string t = "/threads:" + std::to_string(threads);
+    switch (kind) {
+      case Kind::kDecode:
+        return "serving/decode_step/bs:" + std::to_string(block_size) +
+               "/seqs:16/Tk:100-32768/Hq:32/Hkv:8/d:128/kv:bf16" + t;
+      case Kind::kMixed:
+        return "serving/mixed_step/bs:" + std::to_string(block_size) +
+               "/seqs:16/prefill:2x256/Hq:32/Hkv:8/d:128/kv:bf16" + t;
+      case Kind::kVarlenVsDense: return "serving/varlen_vs_dense/seqs:16/T:16-511/Hq:16/Hkv:4/d:64" + t;
+    }
+    return "";
+  }
+};
+
+// Uniform values in [-1, 1) from a 32-bit LCG, as bf16 (the float's upper
+// half): the pools are hundreds of MiB, filled once per row.
+struct Lcg {
+  uint32_t x;
+  float Next() {
+    x = x * 1664525u + 1013904223u;
+    return float(int32_t(x)) * (1.0f / 2147483648.0f);
+  }
+  uint16_t NextBf16() {
+    const float f = Next();
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    return uint16_t(bits >> 16);
+  }
+};
+
+double SideSeconds(int threads, const LoopClock& clock) {
+  return threads == 1 ? clock.CpuSeconds() : clock.WallSeconds();
+}
+
+void EnsureReadProbe(int n) {
+  if (g_read_gbps.count(n)) return;
+  const attn_bench::Peak bw = attn_bench::MeasureReadBandwidth(n);
+  g_read_gbps[n] = n == 1 ? bw.gflops : bw.wall_gflops;
+  ReportProbe("memory read bandwidth", "GB/s", n, bw);
+}
+
+void RunPagedVsContiguous(benchmark::State& state, const ServingRow& row) {
+  const int64_t batch = 16, hq = 32, hkv = 8, d = 128, bs = row.block_size;
+  EnsureReadProbe(row.threads);
+  std::vector<int32_t> tk(batch), tq(batch, 1);
+  for (int64_t b = 0; b < batch; ++b) {
+    tk[size_t(b)] = int32_t(std::lround(100.0 * std::pow(32768.0 / 100.0, double(b) / 15.0)));
+  }
+  if (row.kind == ServingRow::Kind::kMixed) tq[3] = tq[8] = 256;
+  std::vector<int32_t> cu_k{0}, cu_q{0};
+  for (int64_t b = 0; b < batch; ++b) {
+    cu_k.push_back(cu_k.back() + tk[size_t(b)]);
+    cu_q.push_back(cu_q.back() + tq[size_t(b)]);
+  }
+  const int64_t total_k = cu_k.back(), total_q = cu_q.back(), row_elems = hkv * d;
+  // Contiguous K/V [total_k, hkv, d] bf16.
+  std::vector<uint16_t> k(size_t(total_k * row_elems)), v(k.size());
+  Lcg rng{7};
+  for (uint16_t& x : k) x = rng.NextBf16();
+  for (uint16_t& x : v) x = rng.NextBf16();
+  // The same keys in shuffled pages of bs tokens.
+  int64_t max_blocks = 0, num_blocks = 0;
+  for (int32_t n : tk) {
+    max_blocks = std::max<int64_t>(max_blocks, (n + bs - 1) / bs);
+    num_blocks += (n + bs - 1) / bs;
+  }
+  std::vector<int32_t> order(static_cast<size_t>(num_blocks));
+  for (int64_t i = 0; i < num_blocks; ++i) order[size_t(i)] = int32_t(i);
+  std::shuffle(order.begin(), order.end(), std::mt19937(11));
+  std::vector<int32_t> table(size_t(batch * max_blocks), -1);
+  std::vector<uint16_t> k_pool(size_t(num_blocks * bs * row_elems)), v_pool(k_pool.size());
+  size_t next = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t page = 0; page * bs < tk[size_t(b)]; ++page) {
+      const int32_t block = order[next++];
+      table[size_t(b * max_blocks + page)] = block;
+      const int64_t t0 = page * bs, n = std::min<int64_t>(bs, tk[size_t(b)] - t0);
+      const size_t from = size_t((cu_k[size_t(b)] + t0) * row_elems);
+      const size_t to = size_t(int64_t(block) * bs * row_elems);
+      std::memcpy(&k_pool[to], &k[from], size_t(n * row_elems) * 2);
+      std::memcpy(&v_pool[to], &v[from], size_t(n * row_elems) * 2);
+    }
+  }
+  std::vector<float> q(size_t(total_q * hq * d)), out(size_t(total_q * hq * d));
+  for (float& x : q) x = rng.Next();
+
+  attn::PagedProblem p;
+  p.batch = batch;
+  p.q_heads = hq;
+  p.kv_heads = hkv;
+  p.head_dim = d;
+  p.num_blocks = num_blocks;
+  p.block_size = bs;
+  p.k_cache = {k_pool.data(), bs * row_elems, row_elems, d, attn::DType::kBF16};
+  p.v_cache = {v_pool.data(), bs * row_elems, row_elems, d, attn::DType::kBF16};
+  p.block_table = table.data();
+  p.max_blocks = max_blocks;
+  p.cache_seqlens = tk.data();
+  p.q = {q.data(), hq * d, d, attn::DType::kF32};
+  p.cu_seqlens_q = cu_q.data();
+  p.out = {out.data(), hq * d, d, attn::DType::kF32};
+  p.causal = attn::Causal::kBottomRight;
+  attn::VarlenProblem c;
+  c.batch = batch;
+  c.q_heads = hq;
+  c.kv_heads = hkv;
+  c.head_dim = d;
+  c.cu_seqlens_q = cu_q.data();
+  c.cu_seqlens_k = cu_k.data();
+  c.q = {q.data(), hq * d, d, attn::DType::kF32};
+  c.k = {k.data(), row_elems, d, attn::DType::kBF16};
+  c.v = {v.data(), row_elems, d, attn::DType::kBF16};
+  c.out = {out.data(), hq * d, d, attn::DType::kF32};
+  c.causal = attn::Causal::kBottomRight;
+  attn::Options options;
+  options.threads = row.threads;
+  if (g_kv_block > 0) options.tiles.kv_block = g_kv_block;
+
+  attn::PagedAttention(p, options);  // warm: scratch, threads
+  attn::VarlenAttention(c, options);
+  double paged_s = 0, contig_s = 0;
+  for (auto _ : state) {
+    {
+      const LoopClock clock;
+      attn::PagedAttention(p, options);
+      paged_s += SideSeconds(row.threads, clock);
+    }
+    {
+      const LoopClock clock;
+      attn::VarlenAttention(c, options);
+      contig_s += SideSeconds(row.threads, clock);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  if (state.iterations() == 0 || paged_s <= 0 || contig_s <= 0) return;
+  const double bytes = double(total_k) * double(row_elems) * 2.0 * 2.0 * double(state.iterations());
+  const double paged = bytes / paged_s * 1e-9, contig = bytes / contig_s * 1e-9;
+  state.counters["paged_GBps"] = benchmark::Counter(paged);
+  state.counters["contig_GBps"] = benchmark::Counter(contig);
+  state.counters["paged_vs_contig"] = benchmark::Counter(contig_s / paged_s);
+  const double probe = g_read_gbps[row.threads];
+  if (probe > 0) {
+    state.counters["paged_bw_frac"] = benchmark::Counter(paged / probe);
+    state.counters["contig_bw_frac"] = benchmark::Counter(contig / probe);
+  }
+}
+
+void RunVarlenVsDense(benchmark::State& state, const ServingRow& row) {
+  const int64_t batch = 16, hq = 16, hkv = 4, d = 64;
+  std::vector<int32_t> len(batch), cu{0};
+  for (int64_t b = 0; b < batch; ++b) {
+    len[size_t(b)] = int32_t(16 + (b * 157) % 496);  // 16 .. 511, ragged
+    cu.push_back(cu.back() + len[size_t(b)]);
+  }
+  const int64_t total = cu.back();
+  const std::vector<float> q = RandomUniform(size_t(total * hq * d), 1);
+  const std::vector<float> k = RandomUniform(size_t(total * hkv * d), 2);
+  const std::vector<float> v = RandomUniform(size_t(total * hkv * d), 3);
+  std::vector<float> out(size_t(total * hq * d));
+  attn::VarlenProblem vp;
+  vp.batch = batch;
+  vp.q_heads = hq;
+  vp.kv_heads = hkv;
+  vp.head_dim = d;
+  vp.cu_seqlens_q = cu.data();
+  vp.cu_seqlens_k = cu.data();
+  vp.q = {q.data(), hq * d, d, attn::DType::kF32};
+  vp.k = {k.data(), hkv * d, d, attn::DType::kF32};
+  vp.v = {v.data(), hkv * d, d, attn::DType::kF32};
+  vp.out = {out.data(), hq * d, d, attn::DType::kF32};
+  vp.causal = attn::Causal::kBottomRight;
+  // The same sequences as dense problems on the packed tokens in place.
+  std::vector<attn::Problem> dense(static_cast<size_t>(batch));
+  for (int64_t b = 0; b < batch; ++b) {
+    attn::Problem& p = dense[size_t(b)];
+    const int64_t t0 = cu[size_t(b)];
+    p.q_heads = hq;
+    p.kv_heads = hkv;
+    p.q_len = p.kv_len = len[size_t(b)];
+    p.head_dim = d;
+    p.q = {q.data() + t0 * hq * d, 0, d, hq * d, attn::DType::kF32};
+    p.k = {k.data() + t0 * hkv * d, 0, d, hkv * d, attn::DType::kF32};
+    p.v = {v.data() + t0 * hkv * d, 0, d, hkv * d, attn::DType::kF32};
+    p.out = {out.data() + t0 * hq * d, 0, d, hq * d, attn::DType::kF32};
+    p.causal = attn::Causal::kBottomRight;
+  }
+  attn::Options options;
+  options.threads = row.threads;
+  attn::VarlenAttention(vp, options);
+  for (const attn::Problem& p : dense) attn::attention(p, options);
+  double varlen_s = 0, dense_s = 0;
+  for (auto _ : state) {
+    {
+      const LoopClock clock;
+      attn::VarlenAttention(vp, options);
+      varlen_s += SideSeconds(row.threads, clock);
+    }
+    {
+      const LoopClock clock;
+      for (const attn::Problem& p : dense) attn::attention(p, options);
+      dense_s += SideSeconds(row.threads, clock);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  if (state.iterations() == 0 || varlen_s <= 0 || dense_s <= 0) return;
+  double pairs = 0;
+  for (int32_t n : len) pairs += double(n) * double(n + 1) / 2.0;
+  const double flops = 4.0 * double(hq) * pairs * double(d) * double(state.iterations());
+  state.counters["varlen_GFLOPS"] = benchmark::Counter(flops / varlen_s * 1e-9);
+  state.counters["dense_GFLOPS"] = benchmark::Counter(flops / dense_s * 1e-9);
+  state.counters["varlen_speedup"] = benchmark::Counter(dense_s / varlen_s);
+}
+
+std::vector<ServingRow> ServingRows() {
+  std::vector<ServingRow> rows;
+  for (int threads : {1, 2}) {
+    for (int64_t bs : {int64_t{16}, int64_t{128}}) {
+      ServingRow r;
+      r.block_size = bs;
+      r.threads = threads;
+      rows.push_back(r);
+    }
+    ServingRow m;
+    m.kind = ServingRow::Kind::kMixed;
+    m.threads = threads;
+    rows.push_back(m);
+  }
+  ServingRow v;
+  v.kind = ServingRow::Kind::kVarlenVsDense;
+  v.threads = 2;
+  rows.push_back(v);
+  return rows;
+}
+
 bool HasFlag(int argc, char** argv, const char* prefix) {
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], prefix, std::strlen(prefix)) == 0) return true;
@@ -824,6 +1086,20 @@ int main(int argc, char** argv) {
         // from elsewhere on a shared machine lowers neither side of the
         // ratio. Its time columns are the slowest repetition's: read its
         // counters, or the "_median" row's times.
+        ->ComputeStatistics("max", [](const std::vector<double>& v) {
+          return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end());
+        });
+  }
+  for (const ServingRow& r : ServingRows()) {
+    benchmark::RegisterBenchmark(r.Name().c_str(),
+                                 [r](benchmark::State& state) {
+                                   if (r.kind == ServingRow::Kind::kVarlenVsDense) {
+                                     RunVarlenVsDense(state, r);
+                                   } else {
+                                     RunPagedVsContiguous(state, r);
+                                   }
+                                 })
+        ->Unit(benchmark::kMillisecond)
         ->ComputeStatistics("max", [](const std::vector<double>& v) {
           return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end());
         });

@@ -22,6 +22,8 @@ void ParallelAttention(const Problem& problem, const RunConfig& config);
 void StreamingAttention(const Problem& problem, const RunConfig& config);
 void BlockedAttention(const Problem& problem, const RunConfig& config);
 void NaiveAttention(const Problem& problem, const RunConfig& config);
+void StreamingSpansAttention(const Problem& problem, const KeySpan* spans, int64_t span_count,
+                             const RunConfig& config);
 
 namespace {
 
@@ -93,7 +95,11 @@ const std::vector<KernelImpl>& Table() {
       {Info(KernelId::kParallel, "parallel",
             "the streaming kernel over OpenMP threads; split-KV when items are few",
             true, true, true, true, true),
-       ATTN_KERNEL_PARALLEL, &DeclinesNothing, &ParallelAttention},
+       // The serving executor runs each of its items on one thread, where
+       // the parallel kernel is the streaming kernel's views: the same span
+       // entry point.
+       ATTN_KERNEL_PARALLEL, &DeclinesNothing, &ParallelAttention, "", false,
+       &StreamingSpansAttention},
       {Info(KernelId::kStreaming, "streaming",
             "online softmax in AMX tiles: tdpbf16ps for Q·Kᵀ and P·V",
             true, false, true, true, false),
@@ -105,7 +111,8 @@ const std::vector<KernelImpl>& Table() {
       {Info(KernelId::kStreaming, "streaming",
             "SIMD online softmax (flash attention), O(tile) memory, one thread",
             true, false, true, true, false),
-       ATTN_KERNEL_STREAMING, &DeclinesNothing, &StreamingAttention},
+       ATTN_KERNEL_STREAMING, &DeclinesNothing, &StreamingAttention, "", false,
+       &StreamingSpansAttention},
       {Info(KernelId::kBlocked, "blocked",
             "SIMD, whole score rows of one query panel, exact two-pass softmax",
             true, false, false, true, false),

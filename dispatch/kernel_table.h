@@ -27,6 +27,13 @@ struct KernelImpl {
   // rows): other problems skip the row without calling `declines`, so a
   // float32 call builds no reason string (no allocation on that path).
   bool all_bf16_only = false;
+  // Null, or the same kernel on a problem of one batch entry and one kv
+  // head whose keys are a list of spans (a paged cache's page runs, kernel.h
+  // KeySpan; the problem's k and v are not read): one call for every page,
+  // one online softmax across them. The serving executor uses it where set
+  // and otherwise calls `run` once per span and merges.
+  void (*run_spans)(const Problem& problem, const KeySpan* spans, int64_t span_count,
+                    const RunConfig& config) = nullptr;
   bool Skips(const Problem& p) const {
     return all_bf16_only && (p.q.dtype != DType::kBF16 || p.k.dtype != DType::kBF16 ||
                              p.v.dtype != DType::kBF16);

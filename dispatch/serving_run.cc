@@ -27,15 +27,17 @@
 // float32 accumulator (AccumulateRows, the two-part log-sum-exp merge);
 // the parts of a split piece are merged in double (MergePartialRows).
 //
-// Cost of paging this way: per page run, one kernel call (a few hundred ns
-// of setup: sub-problem, head views, target dispatch) and one merge of
-// group x rows x (d_v + 1) floats written by the kernel and read back with
-// the accumulator, which is rewritten (L1-resident; for decode with 4 query
-// heads per kv head and d_v = 128, 2 KiB each: about 8 KiB of L1 traffic
-// per page against 8 KiB of bf16 K+V per 16-token page read from memory). A kernel whose key-tile loop walks the
-// block table itself (tiles following page boundaries, one online softmax
-// across pages, no merge) removes both; that needs a page-table-aware
-// per-view entry point in kernels/, the next step.
+// Kernels with a span entry point (KernelImpl::run_spans: the streaming
+// kernel, and the parallel row, whose items run on one thread) take a
+// paged item's whole key range in one call instead: the list of its page
+// runs (KeySpan, per kv head), tiles following them and one online softmax
+// across all of them, so there is no kernel call and no merge per page.
+// The other kernels (naive, blocked, the bf16 dot-product and AMX rows) run
+// a step per page run as above. Cost of that per-page path: per page run,
+// one kernel call (a few hundred ns of setup) and one merge of group x rows
+// x (d_v + 1) floats in L1; for decode with 4 query heads per kv head and
+// d_v = 128 about 8 KiB of L1 traffic per page against 8 KiB of bf16 K+V
+// per 16-token page read from memory.
 #include "dispatch/serving_run.h"
 
 #include <omp.h>
@@ -367,11 +369,11 @@ class Runner {
     return d;
   }
 
-  // Runs the piece's kernel row on rows [a, b) (of the sequence) over keys
-  // [k0, k1) of segment `seg`, writing rows' results at `dest` (its row 0 =
-  // sequence row a).
-  void RunStep(const Piece& p, int64_t g, const KeySegment& seg, int64_t a, int64_t b,
-               int64_t k0, int64_t k1, bool causal, const Dest& dest) const {
+  // The batch-1 sub-problem of rows [a, b) (of the sequence), kv head g,
+  // keys [k0, k1) whose first K and V rows are at k and v, writing rows'
+  // results at `dest` (its row 0 = sequence row a).
+  Problem SubProblem(const Piece& p, int64_t g, const void* k, const void* v, int64_t a,
+                     int64_t b, int64_t k0, int64_t k1, bool causal, const Dest& dest) const {
     const ServingSeq& s = b_.seqs[p.seq];
     Problem sub;
     sub.q_heads = group_;
@@ -384,18 +386,51 @@ class Runner {
     sub.causal = causal ? Causal::kBottomRight : Causal::kNone;
     sub.q = {ElementOffset(s.q, b_.q_type, a * b_.q_row + g * group_ * b_.q_head), 0, b_.q_head,
              b_.q_row, b_.q_type};
-    const int64_t key = k0 - seg.begin;
-    sub.k = {ElementOffset(seg.k, b_.k_type, key * b_.k_row + g * b_.k_head), 0, b_.k_head,
-             b_.k_row, b_.k_type};
-    sub.v = {ElementOffset(seg.v, b_.v_type, key * b_.v_row + g * b_.v_head), 0, b_.v_head,
-             b_.v_row, b_.v_type};
+    sub.k = {k, 0, b_.k_head, b_.k_row, b_.k_type};
+    sub.v = {v, 0, b_.v_head, b_.v_row, b_.v_type};
     sub.out = {dest.out, 0, dest.head, dest.row, dest.type};
     sub.lse = {dest.lse, 0, dest.lse_head, dest.lse_row};
+    return sub;
+  }
+
+  RunConfig Config(const Piece& p) const {
     RunConfig config;
     config.tiles = p.tiles;
     config.threads = 1;
     config.dot_path = p.dot_path;
-    p.impl->run(sub, config);
+    return config;
+  }
+
+  // Runs the piece's kernel row on rows [a, b) (of the sequence) over keys
+  // [k0, k1) of segment `seg`, writing rows' results at `dest` (its row 0 =
+  // sequence row a).
+  void RunStep(const Piece& p, int64_t g, const KeySegment& seg, int64_t a, int64_t b,
+               int64_t k0, int64_t k1, bool causal, const Dest& dest) const {
+    const int64_t key = k0 - seg.begin;
+    const void* k = ElementOffset(seg.k, b_.k_type, key * b_.k_row + g * b_.k_head);
+    const void* v = ElementOffset(seg.v, b_.v_type, key * b_.v_row + g * b_.v_head);
+    p.impl->run(SubProblem(p, g, k, v, a, b, k0, k1, causal, dest), Config(p));
+  }
+
+  // The same over keys [k0, k1) of every segment of the sequence, in one
+  // call of the kernel's span entry point (KernelImpl::run_spans): the
+  // kernel's tiles follow the segments, one online softmax across them.
+  void RunSpansStep(const Piece& p, int64_t g, int64_t a, int64_t b, int64_t k0, int64_t k1,
+                    bool causal, const Dest& dest) const {
+    const ServingSeq& s = b_.seqs[p.seq];
+    thread_local std::vector<KeySpan> spans;
+    spans.clear();
+    for (size_t si = s.seg_begin; si < s.seg_end; ++si) {
+      const KeySegment& seg = b_.segments[si];
+      const int64_t lo = std::max(seg.begin, k0), hi = std::min(seg.end, k1);
+      if (lo >= hi) continue;
+      const int64_t key = lo - seg.begin;
+      spans.push_back({lo - k0, hi - k0,
+                       ElementOffset(seg.k, b_.k_type, key * b_.k_row + g * b_.k_head),
+                       ElementOffset(seg.v, b_.v_type, key * b_.v_row + g * b_.v_head)});
+    }
+    p.impl->run_spans(SubProblem(p, g, spans[0].k, spans[0].v, a, b, k0, k1, causal, dest),
+                      spans.data(), int64_t(spans.size()), Config(p));
   }
 
   // One item: the piece's rows, kv head g, keys of part `part`.
@@ -412,7 +447,11 @@ class Runner {
         std::min(p.key_end, granules * (item.part + 1) / p.parts * b_.key_granule);
     const Dest target = p.parts > 1 ? PartialDest(p, g, item.part) : FinalDest(p, g);
 
-    // The steps: (rows [a, b), keys [k0, k1), causal) per segment.
+    // The steps: (rows [a, b), keys [k0, k1), causal) per segment; with a
+    // kernel that takes spans, for the whole part as one segment (kSpans),
+    // when the sequence has more than one.
+    constexpr size_t kSpans = ~size_t{0};
+    const bool spans = p.impl->run_spans && s.seg_end - s.seg_begin > 1;
     struct Step {
       size_t seg;
       int64_t a, b, k0, k1;
@@ -420,13 +459,13 @@ class Runner {
     };
     thread_local std::vector<Step> steps;
     steps.clear();
-    for (size_t si = s.seg_begin; si < s.seg_end; ++si) {
-      const KeySegment& seg = b_.segments[si];
-      const int64_t k0 = std::max(seg.begin, pk0), k1 = std::min(seg.end, pk1);
-      if (k0 >= k1) continue;
+    // Keys [seg_begin, seg_end) of segment si (or of every segment: kSpans).
+    auto add_steps = [&](size_t si, int64_t seg_begin, int64_t seg_end) {
+      const int64_t k0 = std::max(seg_begin, pk0), k1 = std::min(seg_end, pk1);
+      if (k0 >= k1) return;
       if (!p.causal) {
         steps.push_back({si, p.r0, p.r1, k0, k1, false});
-        continue;
+        return;
       }
       // Rows [aa, bb) see part of [k0, k1) (exactly kBottomRight over keys
       // [k0, off + bb)); rows [bb, r1) see all of it; rows below aa none.
@@ -434,12 +473,25 @@ class Runner {
       const int64_t bb = std::clamp(k1 - off, p.r0, p.r1);
       if (aa < bb) steps.push_back({si, aa, bb, k0, off + bb, true});
       if (bb < p.r1) steps.push_back({si, bb, p.r1, k0, k1, false});
+    };
+    if (spans) {
+      add_steps(kSpans, 0, s.tk);
+    } else {
+      for (size_t si = s.seg_begin; si < s.seg_end; ++si) {
+        add_steps(si, b_.segments[si].begin, b_.segments[si].end);
+      }
     }
 
+    auto run = [&](const Step& st, const Dest& dest) {
+      if (st.seg == kSpans) {
+        RunSpansStep(p, g, st.a, st.b, st.k0, st.k1, st.causal, dest);
+      } else {
+        RunStep(p, g, b_.segments[st.seg], st.a, st.b, st.k0, st.k1, st.causal, dest);
+      }
+    };
     auto covers = [&](const Step& st) { return st.a == p.r0 && st.b == p.r1; };
     if (steps.size() == 1 && covers(steps[0])) {
-      const Step& st = steps[0];
-      RunStep(p, g, b_.segments[st.seg], st.a, st.b, st.k0, st.k1, st.causal, target);
+      run(steps[0], target);
       return;
     }
 
@@ -461,14 +513,14 @@ class Runner {
     for (const Step& st : steps) {
       const int64_t n = st.b - st.a;
       if (empty && covers(st)) {
-        RunStep(p, g, b_.segments[st.seg], st.a, st.b, st.k0, st.k1, st.causal, acc);
+        run(st, acc);
         empty = false;
         continue;
       }
       float* so = step_buf.data();
       float* sl = so + group_ * n * dv;
       const Dest sd{so, DType::kF32, dv, n * dv, sl, 1, n};
-      RunStep(p, g, b_.segments[st.seg], st.a, st.b, st.k0, st.k1, st.causal, sd);
+      run(st, sd);
       for (int64_t h = 0; h < group_; ++h) {
         AccumulateRows(n, dv, so + h * n * dv, sl + h * n,
                        acc_out + h * rows * dv + (st.a - p.r0) * dv,

@@ -25,6 +25,7 @@ HeadView HeadView::Keys(int64_t begin, int64_t end) const {
   // Key j of the sub-view is key begin + j of this view.
   if (causal_offset != kNoCausal) view.causal_offset = causal_offset - begin;
   view.diag_offset = diag_offset - begin;
+  view.span_shift = span_shift + begin;
   return view;
 }
 

@@ -23,6 +23,22 @@ namespace attn::internal {
 // is "infinite" (every key visible).
 inline constexpr int64_t kNoCausal = std::numeric_limits<int64_t>::max() / 4;
 
+// Keys [begin, end) of a view whose keys are not evenly strided in memory
+// (a paged KV cache's runs of consecutive pages): key `begin` is at k and v,
+// the others at the view's k_stride / v_stride from it.
+struct KeySpan {
+  int64_t begin = 0, end = 0;
+  const void* k = nullptr;
+  const void* v = nullptr;
+};
+
+// Keys of a view that are contiguous in memory from one key on.
+struct KeyRun {
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t keys = 0;  // contiguous keys from there, to the view's end at most
+};
+
 struct HeadView {
   // Q, K, V and O have element types q_type, k_type, v_type, out_type
   // (attn::DType); their strides and offsets are in elements of that type.
@@ -75,6 +91,29 @@ struct HeadView {
   }
   DType q_type = DType::kF32, k_type = DType::kF32, v_type = DType::kF32,
         out_type = DType::kF32;
+  // Keys in spans (null: key j at k + j * k_stride, and v likewise): view
+  // key j is key j + span_shift of spans[0 .. span_count), which cover it in
+  // increasing order. Only the streaming kernel reads spans (its tiles
+  // follow their boundaries, RunAt); the executor of the serving calls
+  // hands spans to no other kernel.
+  const KeySpan* spans = nullptr;
+  int64_t span_count = 0, span_shift = 0;
+
+  // Where key j is, and how many keys follow it contiguously. *hint (start
+  // at 0) keeps the last span found: callers walk keys in increasing order,
+  // so the search is amortised O(1) per call.
+  KeyRun RunAt(int64_t j, int64_t* hint) const {
+    if (!spans) return {KRow(j), VRow(j), tk - j};
+    const int64_t s = j + span_shift;
+    int64_t i = *hint;
+    if (i >= span_count || spans[i].begin > s) i = 0;
+    while (spans[i].end <= s) ++i;
+    *hint = i;
+    const int64_t at = s - spans[i].begin;
+    return {ElementOffset(spans[i].k, k_type, at * k_stride),
+            ElementOffset(spans[i].v, v_type, at * v_stride),
+            std::min(spans[i].end - s, tk - j)};
+  }
 
   const void* QRow(int64_t i) const { return ElementOffset(q, q_type, i * q_stride); }
   const void* KRow(int64_t j) const { return ElementOffset(k, k_type, j * k_stride); }

@@ -323,6 +323,47 @@ std::vector<PagedCase> Cases() {
     c.tq = {64, 1, 1};
     add(c);
   }
+  {
+    // The streaming kernel's span path (tiles following pages, one online
+    // softmax across them): a GQA group of 4 rows at d = 128, key tiles of
+    // two or more 16-token pages, lengths ragged around page and tile ends
+    // (long enough for threads to split them into parts).
+    PagedCase c;
+    c.name = "decode_gqa4_d128_bs16_ragged";
+    c.cached = {1000, 256, 31, 1999, 17};
+    c.fresh = {1, 1, 1, 1, 0};
+    c.q_heads = 16;
+    c.kv_heads = 4;
+    c.d = 128;
+    c.pool_type = DType::kBF16;
+    add(c);
+  }
+  {
+    // One token per page: every key its own span; a group of 8 rows (two
+    // row groups of the narrow path on AVX-512, wide panels elsewhere).
+    PagedCase c;
+    c.name = "decode_gqa8_bs1_f16_pool";
+    c.block_size = 1;
+    c.cached = {300, 77, 1};
+    c.fresh = {1, 1, 1};
+    c.q_heads = 8;
+    c.kv_heads = 1;
+    c.pool_type = DType::kF16;
+    add(c);
+  }
+  {
+    // Big shuffled pages with partial last pages, prefix shared.
+    PagedCase c;
+    c.name = "decode_bs128_shared_prefix";
+    c.block_size = 128;
+    c.cached = {700, 300, 129};
+    c.fresh = {1, 1, 1};
+    c.share_prefix = true;
+    c.q_heads = 8;
+    c.kv_heads = 2;
+    c.d = 64;
+    add(c);
+  }
   return cases;
 }
 

@@ -126,6 +126,19 @@ struct NarrowRowStats {
   bool nan = false;
 };
 
+// Keys [at, at + keys) of a tile, contiguous in memory from k and v; K rows
+// contiguous from k for k_ahead keys (>= keys: the prefetch may run past
+// the tile, never past the run). When the run ends within the view, next_k
+// is the next run's first K row and next_keys its length (prefetched while
+// this run is scored), else null.
+struct NarrowChunk {
+  const void* k = nullptr;
+  const void* v = nullptr;
+  int64_t at = 0, keys = 0, k_ahead = 0;
+  const void* next_k = nullptr;
+  int64_t next_keys = 0;
+};
+
 // Per-thread buffers of the narrow path.
 class NarrowScratch {
  public:
@@ -140,16 +153,23 @@ class NarrowScratch {
     if (stats_.size() < size_t(rows)) stats_.resize(size_t(rows));
   }
   float* q(int64_t r) const { return q_.get() + r * q_stride_; }  // scaled query row
-  float* s(int64_t r) const { return s_.get() + r * s_stride_; }  // scores / weights
+  // Scores / weights of row r: entry j is the tile's key j + score_at.
+  float* s(int64_t r) const { return s_.get() + r * s_stride_ + score_at_; }
+  // The score and mix passes index their keys from 0; a tile made of
+  // several runs of keys (KeyRun: a paged cache's pages) runs them once per
+  // run, with the run's first key at tile position `at`.
+  void SetScoreAt(int64_t at) { score_at_ = at; }
   float* o(int64_t r) const { return o_.get() + r * o_stride_; }  // unnormalised output
   NarrowRowStats* stats() { return stats_.data(); }
+  std::vector<NarrowChunk>& chunks() { return chunks_; }
 
  private:
   static int64_t RoundUp(int64_t x, int64_t n) { return (std::max<int64_t>(x, 1) + n - 1) / n * n; }
   hwy::AlignedFreeUniquePtr<float[]> q_, s_, o_;
   size_t q_size_ = 0, s_size_ = 0, o_size_ = 0;
-  int64_t q_stride_ = 0, s_stride_ = 0, o_stride_ = 0;
+  int64_t q_stride_ = 0, s_stride_ = 0, o_stride_ = 0, score_at_ = 0;
   std::vector<NarrowRowStats> stats_;
+  std::vector<NarrowChunk> chunks_;
 };
 
 // w[4b + m] = Σ of a_m's lanes in 128-bit block b, for m < 4: four
@@ -434,28 +454,45 @@ namespace attn {
 namespace HWY_NAMESPACE {
 
 // One tile of keys [j0, j0 + keys) for the R rows [row0, row0 + R) of a
-// view: scores, mask and causal limits, online softmax, mix.
+// view: scores, mask and causal limits, online softmax, mix. The tile's keys
+// are chunks[0 .. n_chunks) (one chunk unless the view's keys are in spans:
+// then a chunk per run, e.g. per 16-token page), scored and mixed chunk by
+// chunk; the softmax step runs once over the whole tile, so a paged cache
+// costs the chunks' loop overhead, not a softmax step or a merge per page.
 template <int R>
 HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scratch,
-                                int64_t row0, int64_t j0, int64_t keys, int64_t key_end,
+                                int64_t row0, int64_t j0, int64_t keys,
+                                const NarrowChunk* HWY_RESTRICT chunks, size_t n_chunks,
                                 NarrowRowStats* HWY_RESTRICT stats) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
   // The first group of the tile brings its K and V rows into the cache.
-  // q8_0 K or V: narrow_q8-inl.h (one branch per tile).
-  if (h.k_type == DType::kQ8_0) {
-    NarrowScoreTileQ8_0<R>(scratch, row0, h.d, static_cast<const uint8_t*>(h.KRow(j0)),
-                           internal::BytesOf(h.k_type, h.k_stride), keys, key_end - j0,
-                           static_cast<const uint8_t*>(h.VRow(j0)),
-                           internal::BytesOf(h.v_type, h.v_stride),
-                           internal::BytesOf(h.v_type, h.dv), /*prefetch=*/row0 == 0);
-  } else {
-    WithStorageType(h.k_type, [&](auto tag) {
-      using TK = decltype(tag);
-      NarrowScoreTile<R>(scratch, row0, h.d, static_cast<const TK*>(h.KRow(j0)), h.k_type,
-                         h.k_stride, keys, key_end - j0, h.VRow(j0), h.v_type, h.v_stride, h.dv,
-                         /*prefetch=*/row0 == 0);
-    });
+  const bool prefetch = row0 == 0;
+  for (size_t c = 0; c < n_chunks; ++c) {
+    const NarrowChunk& ch = chunks[c];
+    // The next run's K rows, requested while this one is scored: within a
+    // run the score pass requests K ahead itself, but not across runs.
+    if (prefetch && ch.next_k) {
+      PrefetchRows(ch.next_k, h.k_type, h.k_stride,
+                   std::min(ch.next_keys, KeyPrefetchDistance(h.k_type)), h.d);
+    }
+    scratch.SetScoreAt(ch.at);
+    // q8_0 K or V: narrow_q8-inl.h (one branch per chunk).
+    if (h.k_type == DType::kQ8_0) {
+      NarrowScoreTileQ8_0<R>(scratch, row0, h.d, static_cast<const uint8_t*>(ch.k),
+                             internal::BytesOf(h.k_type, h.k_stride), ch.keys, ch.k_ahead,
+                             static_cast<const uint8_t*>(ch.v),
+                             internal::BytesOf(h.v_type, h.v_stride),
+                             internal::BytesOf(h.v_type, h.dv), prefetch);
+    } else {
+      WithStorageType(h.k_type, [&](auto tag) {
+        using TK = decltype(tag);
+        NarrowScoreTile<R>(scratch, row0, h.d, static_cast<const TK*>(ch.k), h.k_type,
+                           h.k_stride, ch.keys, ch.k_ahead, ch.v, h.v_type, h.v_stride, h.dv,
+                           prefetch);
+      });
+    }
   }
+  scratch.SetScoreAt(0);
   const bool modified = h.HasScoreModifiers();
   for (int64_t r = row0; r < row0 + R; ++r) {
     float* HWY_RESTRICT s = scratch.s(r);
@@ -473,15 +510,21 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
     if (modified) WindowRow(h, r, j0, keys, s);
     NarrowSoftmaxRow(s, keys, stats[r], scratch.o(r), h.dv);
   }
-  if (h.v_type == DType::kQ8_0) {
-    NarrowMixTileQ8_0<R>(scratch, row0, keys, static_cast<const uint8_t*>(h.VRow(j0)),
-                         internal::BytesOf(h.v_type, h.v_stride), h.dv);
-    return;
+  for (size_t c = 0; c < n_chunks; ++c) {
+    const NarrowChunk& ch = chunks[c];
+    scratch.SetScoreAt(ch.at);
+    if (h.v_type == DType::kQ8_0) {
+      NarrowMixTileQ8_0<R>(scratch, row0, ch.keys, static_cast<const uint8_t*>(ch.v),
+                           internal::BytesOf(h.v_type, h.v_stride), h.dv);
+    } else {
+      WithStorageType(h.v_type, [&](auto tag) {
+        using TV = decltype(tag);
+        NarrowMixTile<R>(scratch, row0, ch.keys, static_cast<const TV*>(ch.v), h.v_stride,
+                         h.dv);
+      });
+    }
   }
-  WithStorageType(h.v_type, [&](auto tag) {
-    using TV = decltype(tag);
-    NarrowMixTile<R>(scratch, row0, keys, static_cast<const TV*>(h.VRow(j0)), h.v_stride, h.dv);
-  });
+  scratch.SetScoreAt(0);
 }
 
 // Row r of the view's output and lse from its unnormalised output o and
@@ -528,14 +571,39 @@ HWY_INLINE void NarrowHead(const internal::HeadView& h, const Tiles& tiles,
   // Keys outside [first row's window start, last row's last visible key)
   // are never read: a windowed decode reads the window's keys only.
   const int64_t key_end = h.VisibleEnd(rows - 1);
+  std::vector<NarrowChunk>& chunks = scratch.chunks();
+  int64_t hint = 0;
   for (int64_t j0 = h.KeyBegin(0); j0 < key_end; j0 += kv_block) {
     const int64_t keys = std::min(kv_block, key_end - j0);
+    // The tile's runs of contiguous keys: one for strided keys, whose K
+    // prefetch runs on to the view's end as before; with spans one per run
+    // the tile meets (RunAt), its prefetch limited to the run.
+    chunks.clear();
+    for (int64_t j = j0; j < j0 + keys;) {
+      const internal::KeyRun run = h.RunAt(j, &hint);
+      NarrowChunk ch;
+      ch.k = run.k;
+      ch.v = run.v;
+      ch.at = j - j0;
+      ch.keys = std::min(run.keys, j0 + keys - j);
+      ch.k_ahead = std::min(run.keys, key_end - j);
+      if (h.spans && run.keys == ch.keys && j + ch.keys < key_end) {
+        int64_t next_hint = hint;
+        const internal::KeyRun next = h.RunAt(j + ch.keys, &next_hint);
+        ch.next_k = next.k;
+        ch.next_keys = std::min(next.keys, key_end - (j + ch.keys));
+      }
+      chunks.push_back(ch);
+      j += ch.keys;
+    }
+    const NarrowChunk* ch = chunks.data();
+    const size_t n = chunks.size();
     for (int64_t row0 = 0; row0 < rows; row0 += kNarrowGroupRows) {
       switch (std::min<int64_t>(kNarrowGroupRows, rows - row0)) {
-        case 1: NarrowGroupTile<1>(h, scratch, row0, j0, keys, key_end, stats); break;
-        case 2: NarrowGroupTile<2>(h, scratch, row0, j0, keys, key_end, stats); break;
-        case 3: NarrowGroupTile<3>(h, scratch, row0, j0, keys, key_end, stats); break;
-        default: NarrowGroupTile<4>(h, scratch, row0, j0, keys, key_end, stats); break;
+        case 1: NarrowGroupTile<1>(h, scratch, row0, j0, keys, ch, n, stats); break;
+        case 2: NarrowGroupTile<2>(h, scratch, row0, j0, keys, ch, n, stats); break;
+        case 3: NarrowGroupTile<3>(h, scratch, row0, j0, keys, ch, n, stats); break;
+        default: NarrowGroupTile<4>(h, scratch, row0, j0, keys, ch, n, stats); break;
       }
     }
   }

@@ -295,12 +295,14 @@ HWY_INLINE bool AnyHiddenWeight(const NarrowScratch& scratch, int64_t row0, int6
   for (int r = 0; r < R; ++r) {
     const float* HWY_RESTRICT p = scratch.s(row0 + r);
     int64_t j = 0;
+    // Unaligned: a paged tile's chunk starts anywhere in the score row
+    // (NarrowScratch::SetScoreAt), and its tail is read key by key, so that
+    // nothing past the row's last key is read.
     for (; j + N <= keys; j += N) {
-      any = hn::Or(any, hn::Eq(hn::BitCast(du, hn::Load(df, p + j)), minus_zero));
+      any = hn::Or(any, hn::Eq(hn::BitCast(du, hn::LoadU(df, p + j)), minus_zero));
     }
-    if (j < keys) {
-      const auto tail = hn::RebindMask(du, hn::FirstN(df, size_t(keys - j)));
-      any = hn::Or(any, hn::And(tail, hn::Eq(hn::BitCast(du, hn::Load(df, p + j)), minus_zero)));
+    for (; j < keys; ++j) {
+      if (IsHiddenWeight(p[j])) return true;
     }
   }
   return !hn::AllFalse(du, any);

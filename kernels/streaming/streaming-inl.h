@@ -25,6 +25,9 @@
 // time measured 1.09x full causal's per computed pair. Edges trimmed to one
 // panel vector (16 rows) would halve the triangles (docs/modifiers.md).
 //
+// Paged keys (HeadView::spans): tiles end at span ends as well, and the
+// online softmax runs on across them; nothing is merged or copied.
+//
 // Memory traffic: K and V are read once per query block (q_block rows share
 // each key tile while it is in L1/L2); Q is read once; O is written once.
 // Extra memory: O(q_block·(d + dv) + kv_block·P) floats, independent of
@@ -120,11 +123,15 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
     const int64_t key_end = h.VisibleEnd(q0 + rows - 1);
     const bool modified = h.HasScoreModifiers();
     NonFiniteV bad_v;  // slow path for NaN / Inf in V (microkernels-inl.h)
-    for (int64_t j0 = h.KeyBegin(q0); j0 < key_end; j0 += kv_block) {
-      const int64_t tile_keys = std::min(kv_block, key_end - j0);
+    int64_t hint = 0;
+    for (int64_t j0 = h.KeyBegin(q0), tile_keys = 0; j0 < key_end; j0 += tile_keys) {
+      // A view with key spans (a paged cache) ends a tile at each span's
+      // end: the tile's rows are then at one stride from its first.
+      const internal::KeyRun run = h.RunAt(j0, &hint);
+      tile_keys = std::min({kv_block, key_end - j0, run.keys});
       // float32 K and V are read in place; bf16 / f16 widened once here.
-      const FloatRows k = WidenRows(h.KRow(j0), h.k_type, h.k_stride, tile_keys, h.d, scratch.kw());
-      const FloatRows vt = WidenRows(h.VRow(j0), h.v_type, h.v_stride, tile_keys, h.dv, scratch.vw());
+      const FloatRows k = WidenRows(run.k, h.k_type, h.k_stride, tile_keys, h.d, scratch.kw());
+      const FloatRows vt = WidenRows(run.v, h.v_type, h.v_stride, tile_keys, h.dv, scratch.vw());
       const float* v = vt.data;
       const bool bad = HasNonFinite(v, vt.stride, tile_keys, h.dv);  // once per block and tile
       if (bad) bad_v.Clean(v, vt.stride, tile_keys, h.dv);

@@ -22,6 +22,21 @@ void StreamingAttentionImpl(const Problem& p, const internal::RunConfig& config)
   for (int64_t i = 0; i < views.size(); ++i) StreamingHead(views[i], config.tiles, scratch);
 }
 
+// The same on a problem of one batch entry and one kv head whose keys are
+// `spans` (kernel.h KeySpan; p.k and p.v are not read): one dispatch for
+// the whole key list, however many pages it has.
+void StreamingSpansAttentionImpl(const Problem& p, const internal::KeySpan* spans,
+                                 int64_t span_count, const internal::RunConfig& config) {
+  thread_local StreamingScratch scratch;
+  const internal::HeadViews views(p);
+  for (int64_t i = 0; i < views.size(); ++i) {
+    internal::HeadView view = views[i];
+    view.spans = spans;
+    view.span_count = span_count;
+    StreamingHead(view, config.tiles, scratch);
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace attn
 HWY_AFTER_NAMESPACE();
@@ -29,10 +44,15 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace attn {
 HWY_EXPORT(StreamingAttentionImpl);
+HWY_EXPORT(StreamingSpansAttentionImpl);
 
 namespace internal {
 void StreamingAttention(const Problem& p, const RunConfig& config) {
   HWY_DYNAMIC_DISPATCH(StreamingAttentionImpl)(p, config);
+}
+void StreamingSpansAttention(const Problem& p, const KeySpan* spans, int64_t span_count,
+                             const RunConfig& config) {
+  HWY_DYNAMIC_DISPATCH(StreamingSpansAttentionImpl)(p, spans, span_count, config);
 }
 }  // namespace internal
 }  // namespace attn
