@@ -71,19 +71,20 @@
 //   16 heads f32 19.0-19.2 GB/s against 23.5-23.6 for this file, f16
 //   18.2-19.7 against 21.4-21.9, GQA 32/8 within the noise (two binaries
 //   alternated, read probe 38.6-40.6 GB/s, quiet VM): not kept.
-// For the next attempt, a standalone AVX-512 loop on the same CPU and day
+// For the next attempt, a standalone AVX-512 loop on the same CPU and VM
 // (one row, d = 128, 16 heads x 32768 keys of float32 in DRAM, per key 8
 // FMAs in two chains and one horizontal sum, scalar exp, 32-key tiles;
 // plain K+V read 40-42 GB/s): 30.7 GB/s with no software prefetch at all,
-// 22-25 with K and V prefetched (prefetcht0 or t1, 4-256 KiB ahead, one
-// request per line or per 4 lines), and 35.3-35.7 (0.85 of the plain read)
+// 17.8-25 with K and V prefetched (prefetcht0 or t1, 4-256 KiB ahead, one
+// request per 64, 256 or 1024 bytes), 29.5 at 1 MiB ahead with one request
+// per 4 KiB (no gain), and 35.3-35.7 (0.85 of the plain read)
 // when the score of key j of tile t + 1 is computed beside the mix of key j
 // of tile t, i.e. the two streams interleaved a row at a time, not 16; the
 // same loop from L2 ran at 86-100 GB/s, against 60-67 for this file's. So
 // on Zen 5 the bar looks reachable with a cheaper per-key path, per-row
 // interleaving and fewer prefetch requests, none of which is built here;
 // a plain read alternating 16 KiB bursts of two streams already loses
-// 15% (33 against 38-39 GB/s for 512-byte bursts).
+// 13% (33.3 against 38.4 GB/s for 512-byte bursts).
 // Kept: with AVX-512's 32 registers, 16 score accumulators (12 for 3 rows)
 // finished in vector registers (SumBlocksOfFour), and 4 (not 2) V vectors
 // a mix pass for 3-4 rows: the GQA group of 4 f16 rows from L2 went from
