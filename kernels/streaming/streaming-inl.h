@@ -12,18 +12,20 @@
 // masked.
 // Sliding window: a block reads only the keys from its first row's window
 // start to its last row's limit, and each panel computes from its own first
-// row's window start, skipping whole tiles outside. Measured on AMD EPYC
-// Zen 5 (family 26 model 2, 2-core VM shared with builds, load 1.8-3.5), one
-// thread, T = 8192, d = 128, causal, GFLOP/s on the visible pairs, against
-// full causal in the same attn-bench process (interleaved repetitions, two
-// processes): W = 4096 0.94-0.99, W = 512 0.79-0.86 (issue 25's bar is 0.85). Not helping at W = 512 (all within
-// that spread): q_block 32 to 512 with kv_block 64 to 272 in place of the
-// default rule's 256 / 128, and visiting only the band-edge keys in
-// WindowPanelTile. The loss is the band's edges (a 32-row panel computes 544
-// keys for 513 visible a row: the two edge triangles, masked) and the
-// per-row packing and finishing spread over 513 keys instead of 4096; CPU
-// time measured 1.09x full causal's per computed pair. Edges trimmed to one
-// panel vector (16 rows) would halve the triangles (docs/modifiers.md).
+// row's window start, skipping whole tiles outside. At a window's left edge
+// and at the causal diagonal the keys only one of a panel's two vectors of
+// rows can see are computed for that vector alone (SplitPanelTile).
+// Measured on AMD EPYC Zen 5 (family 26 model 2), one thread, T = 8192,
+// d = 128, causal, GFLOP/s on the visible pairs against full causal in the
+// same attn-bench process (5 interleaved repetitions, medians): W = 512
+// 0.88 (0.84 before the vector split, the vectorised Q packing and the Q / O
+// prefetch below; 0.79-0.86 under load 1.8-3.5), W = 4096 0.99. Not helping
+// at W = 512: q_block 32 to 1024 with kv_block 64 to 272 in place of the
+// default rule's 256 / 128, prefetching the next K / V tile. What remains
+// is a window's own cost: a 32-row panel still computes 528 key-vectors'
+// worth for 513 visible a row, and the per-row packing, finishing and tile
+// calls are spread over 513 keys instead of 4096 (rdtsc per step: score,
+// softmax and mix cost the same per computed pair as in full causal).
 //
 // Paged keys (HeadView::spans): tiles end at span ends as well, and the
 // online softmax runs on across them; nothing is merged or copied.
@@ -45,6 +47,7 @@
 #include <stdint.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "attn/attn.h"  // Tiles
 #include "hwy/aligned_allocator.h"
@@ -94,6 +97,50 @@ class StreamingScratch {
   size_t qt_size_ = 0, ot_size_ = 0, st_size_ = 0, stats_size_ = 0, kw_size_ = 0, vw_size_ = 0;
 };
 
+// The keys of a panel tile [a0, end) split by which panel vectors (rows
+// r0 + n·N .. r0 + n·N + N - 1) can see them: [a0, both) only vector 0,
+// [both, last) both, [last, end) only vector 1. Vector 0's rows see no key
+// from VisibleEnd(its last row) on, vector 1's none before KeyBegin(its
+// first row): at a causal diagonal and a window's left edge one vector's
+// half of the panel is hidden for 16 keys (AVX-512), so computing only the
+// other halves the edge triangles' work (kPanelVectors = 2).
+struct PanelVectorSplit {
+  int64_t both, last;
+};
+HWY_INLINE PanelVectorSplit SplitPanelTile(const internal::HeadView& h, int64_t r0,
+                                           int64_t panel_rows, int64_t a0, int64_t end) {
+  static_assert(kPanelVectors == 2, "the split names two panel vectors");
+  const int64_t N = int64_t(hn::Lanes(DF()));
+  if (panel_rows <= N) return {end, end};  // vector 1 is all padding rows
+  const int64_t both = std::clamp<int64_t>(h.KeyBegin(r0 + N), a0, end);
+  const int64_t last = std::clamp<int64_t>(h.VisibleEnd(r0 + N - 1), both, end);
+  return {both, last};
+}
+
+// St[j][lanes of vector n] = -inf for keys j in [first, end) of a panel tile.
+HWY_INLINE void HideVector(size_t n, int64_t first, int64_t end, float* HWY_RESTRICT st) {
+  const DF df;
+  const size_t P = PanelWidth();
+  const VF neg_inf = hn::Set(df, -std::numeric_limits<float>::infinity());
+  for (int64_t j = first; j < end; ++j) hn::Store(neg_inf, df, st + j * P + n * hn::Lanes(df));
+}
+
+// Prefetches rows [first, last) of a row-major tensor (`bytes` of each row,
+// rows `stride_bytes` apart); `write` for rows about to be written.
+HWY_INLINE void PrefetchRows(const void* base, int64_t stride_bytes, int64_t first, int64_t last,
+                             int64_t bytes, bool write) {
+  for (int64_t i = first; i < last; ++i) {
+    const char* row = static_cast<const char*>(base) + i * stride_bytes;
+    for (int64_t b = 0; b < bytes; b += 64) {
+      if (write) {
+        __builtin_prefetch(row + b, 1, 2);
+      } else {
+        __builtin_prefetch(row + b, 0, 2);
+      }
+    }
+  }
+}
+
 // One head (or a sub-view of rows/keys of one), normalised output and lse.
 HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
                               StreamingScratch& scratch) {
@@ -124,7 +171,30 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
     const bool modified = h.HasScoreModifiers();
     NonFiniteV bad_v;  // slow path for NaN / Inf in V (microkernels-inl.h)
     int64_t hint = 0;
+    // The next block's Q rows (read by its packing) and output rows
+    // (written by its finish) are prefetched a share per key tile of this
+    // block. Without it, at T = 8192, d = 128, causal window W = 512 (8
+    // panels over ~6 tiles a block), packing and finishing took 8.7-9.8% of
+    // the call's cycles, with it 5.7% (rdtsc around each step, 20 calls, AMD
+    // EPYC Zen 5, family 26 model 2): cache misses on Q and O, not
+    // arithmetic. Prefetching the next key tile's K and V as well changed
+    // nothing measurable there (the hardware prefetchers follow them).
+    const int64_t next_rows = std::min(q_block, h.tq - q0 - rows);
+    const int64_t block_tiles = (key_end - h.KeyBegin(q0) + kv_block - 1) / kv_block;
+    int64_t tile_index = 0, prefetched = 0;
     for (int64_t j0 = h.KeyBegin(q0), tile_keys = 0; j0 < key_end; j0 += tile_keys) {
+      if (next_rows > 0) {
+        // Rows up to this tile's share (a paged view's short tiles only
+        // bring the share forward).
+        const int64_t upto =
+            std::min(next_rows, next_rows * ++tile_index / std::max<int64_t>(1, block_tiles));
+        const int64_t next0 = q0 + rows;
+        PrefetchRows(h.QRow(next0), internal::BytesOf(h.q_type, h.q_stride), prefetched, upto,
+                     internal::BytesOf(h.q_type, h.d), false);
+        PrefetchRows(h.OutRow(next0), internal::BytesOf(h.out_type, h.out_stride), prefetched, upto,
+                     internal::BytesOf(h.out_type, h.dv), true);
+        prefetched = std::max(prefetched, upto);
+      }
       // A view with key spans (a paged cache) ends a tile at each span's
       // end: the tile's rows are then at one stride from its first.
       const internal::KeyRun run = h.RunAt(j0, &hint);
@@ -149,7 +219,16 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
         const int64_t a0 = bad ? j0 : std::clamp<int64_t>(h.KeyBegin(r0), j0, tile_end);
         const int64_t keys = tile_end - a0;
         if (keys <= 0) continue;  // tile wholly above the diagonal or before the window
-        ScoreTile(scratch.qt(p, h.d), h.d, k.data + (a0 - j0) * k.stride, k.stride, keys, st);
+        // Keys [a0, both) are scored for panel vector 0 only, [last,
+        // tile_end) for vector 1 only (the other's lanes set to -inf below).
+        const PanelVectorSplit split =
+            bad ? PanelVectorSplit{a0, tile_end} : SplitPanelTile(h, r0, panel_rows, a0, tile_end);
+        const float* qt = scratch.qt(p, h.d);
+        const float* k0 = k.data + (a0 - j0) * k.stride;
+        const int64_t both = split.both - a0, last = split.last - a0;
+        ScoreTile<0, 1>(qt, h.d, k0, k.stride, both, st);
+        ScoreTile(qt, h.d, k0 + both * k.stride, k.stride, last - both, st + both * P);
+        ScoreTile<1, 1>(qt, h.d, k0 + last * k.stride, k.stride, keys - last, st + last * P);
         if (modified) ModifyPanelTile(h, r0, a0, keys, st);  // soft-cap, ALiBi
         if (h.mask) {
           AddMaskTile(h.mask + r0 * h.mask_row_stride + a0 * h.mask_col_stride, h.mask_row_stride,
@@ -159,13 +238,26 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
           CausalMaskTile(a0, r0 + h.causal_offset, keys, st);
         }
         if (modified) WindowPanel(h, r0, a0, keys, st);
+        HideVector(1, 0, both, st);
+        HideVector(0, last, keys, st);
         if (bad) {
           OnlineSoftmaxTile<true>(st, keys, scratch.stats(p), scratch.ot(p, h.dv), h.dv);
         } else {
           OnlineSoftmaxTile(st, keys, scratch.stats(p), scratch.ot(p, h.dv), h.dv);
         }
-        MixTile(st, keys, bad ? bad_v.clean() : v + (a0 - j0) * vt.stride, bad ? h.dv : vt.stride,
-                h.dv, scratch.ot(p, h.dv));
+        if (bad) {
+          MixTile(st, keys, bad_v.clean(), h.dv, h.dv, scratch.ot(p, h.dv));
+        } else {
+          const float* v0 = v + (a0 - j0) * vt.stride;
+          float* ot = scratch.ot(p, h.dv);
+          if (both > 0) MixTile<0, 1>(st, both, v0, vt.stride, h.dv, ot);
+          if (last > both) {
+            MixTile(st + both * P, last - both, v0 + both * vt.stride, vt.stride, h.dv, ot);
+          }
+          if (keys > last) {
+            MixTile<1, 1>(st + last * P, keys - last, v0 + last * vt.stride, vt.stride, h.dv, ot);
+          }
+        }
         if (bad) bad_v.AddTo(st, keys, scratch.ot(p, h.dv));
       }
     }
