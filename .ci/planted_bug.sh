@@ -3,7 +3,7 @@
 # kernel. Not run by .ci/run (each builds the library once more); see
 # docs/reliability.md.
 #
-#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|q8] [--keep]  (default: tail)
+#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8] [--keep]  (default: tail)
 #
 # tail    .ci/planted/tail-off-by-one.patch (issue 7): the tail block of
 #         ForEachRowBlock (kernels/common/microkernels-inl.h) gets one row
@@ -56,6 +56,11 @@
 #         Release build; tests/modifiers_test (every streaming / parallel
 #         variant on every target against the naive kernel's bound) must
 #         fail.
+# split   .ci/planted/panel-split-off-by-one.patch (issue 25): the
+#         streaming panels compute the keys both panel vectors see from one
+#         key too late (SplitPanelTile, kernels/streaming/streaming-inl.h),
+#         hiding that key from the second vector's rows. Release build;
+#         tests/modifiers_test must fail.
 # q8      .ci/planted/q8-scale-neighbour.patch (issue 24): the decode
 #         (narrow) path's q8_0 score pass (kernels/streaming/narrow_q8-inl.h)
 #         applies each K block's scale to the row's next block. Release
@@ -76,8 +81,8 @@ keep=0
 for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
-    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|q8) case=$arg ;;
-    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|q8] [--keep]" >&2; exit 2 ;;
+    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8) case=$arg ;;
+    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8] [--keep]" >&2; exit 2 ;;
   esac
 done
 configure=(-DCMAKE_BUILD_TYPE=Release)  # the README's build, unless the case says otherwise
@@ -99,6 +104,7 @@ case "$case" in
   amxedge) patch=.ci/planted/amx-padding-weights-stale.patch test=bf16dot_test filter='Shapes/Bf16DotKernels.*' ;;
   narrowsum) patch=.ci/planted/narrow-reduction-swapped.patch test=kernels_test filter='Shapes/KernelsTest.*' ;;
   modifier) patch=.ci/planted/window-off-by-one.patch test=modifiers_test filter='Modifiers.EveryKernelAndTargetIsWithinTheNaiveBound' ;;
+  split) patch=.ci/planted/panel-split-off-by-one.patch test=modifiers_test filter='Modifiers.EveryKernelAndTargetIsWithinTheNaiveBound' ;;
   q8) patch=.ci/planted/q8-scale-neighbour.patch test=q8_test filter='Combos/Q8Kernels.*' ;;
   arm)
     patch=.ci/planted/fp16-sign-dropped.patch test=dtype_test filter='*'
