@@ -17,9 +17,10 @@
 // rows can see are computed for that vector alone (SplitPanelTile).
 // Measured on AMD EPYC Zen 5 (family 26 model 2), one thread, T = 8192,
 // d = 128, causal, GFLOP/s on the visible pairs against full causal in the
-// same attn-bench process (5 interleaved repetitions, medians): W = 512
-// 0.88 (0.84 before the vector split, the vectorised Q packing and the Q / O
-// prefetch below; 0.79-0.86 under load 1.8-3.5), W = 4096 0.99. Not helping
+// same attn-bench process (5-9 interleaved repetitions, medians over four
+// runs at load 0.8-1.2): W = 512 0.85-0.88 (0.84 before the vector split,
+// the vectorised Q packing and the Q / O prefetch below; 0.79-0.86 then
+// under load 1.5-3.5), W = 4096 0.99-1.00 (docs/modifiers.md). Not helping
 // at W = 512: q_block 32 to 1024 with kv_block 64 to 272 in place of the
 // default rule's 256 / 128, prefetching the next K / V tile. What remains
 // is a window's own cost: a 32-row panel still computes 528 key-vectors'
