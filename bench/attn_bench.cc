@@ -774,7 +774,9 @@ std::vector<Case> DefaultCases() {
 //   sequences, T_k geometric from 100 to 32768, one query each, GQA 32/8,
 //   d = 128, bf16 pool, float32 queries and output) through PagedAttention
 //   over shuffled pages of B tokens, against the same keys laid out
-//   contiguously through VarlenAttention. Counters: paged_GBps and
+//   contiguously through VarlenAttention ([total_k, kv_heads, d]; with
+//   "/pages:head-major" the pages hold each head's rows together).
+//   Counters: paged_GBps and
 //   contig_GBps (K/V bytes read once per step / its time), their bw_frac
 //   (against the read probe of that thread count), and paged_vs_contig.
 // - serving/mixed_step/bs:16: the same cache, two of the sequences a
@@ -791,13 +793,18 @@ struct ServingRow {
   enum class Kind { kDecode, kMixed, kVarlenVsDense };
   Kind kind = Kind::kDecode;
   int64_t block_size = 16;
+  // Pages [num_blocks, kv_heads, block_size, d] (vLLM's CPU layout: a
+  // head's rows of a page contiguous) instead of FlashAttention's
+  // [num_blocks, block_size, kv_heads, d]; "/pages:head-major".
+  bool head_major = false;
   int threads = 1;
   std::string Name() const {
     const std::string t = "/threads:" + std::to_string(threads);
     switch (kind) {
       case Kind::kDecode:
         return "serving/decode_step/bs:" + std::to_string(block_size) +
-               "/seqs:16/Tk:100-32768/Hq:32/Hkv:8/d:128/kv:bf16" + t;
+               "/seqs:16/Tk:100-32768/Hq:32/Hkv:8/d:128/kv:bf16" +
+               (head_major ? "/pages:head-major" : "") + t;
       case Kind::kMixed:
         return "serving/mixed_step/bs:" + std::to_string(block_size) +
                "/seqs:16/prefill:2x256/Hq:32/Hkv:8/d:128/kv:bf16" + t;
@@ -872,8 +879,18 @@ void RunPagedVsContiguous(benchmark::State& state, const ServingRow& row) {
       const int64_t t0 = page * bs, n = std::min<int64_t>(bs, tk[size_t(b)] - t0);
       const size_t from = size_t((cu_k[size_t(b)] + t0) * row_elems);
       const size_t to = size_t(int64_t(block) * bs * row_elems);
-      std::memcpy(&k_pool[to], &k[from], size_t(n * row_elems) * 2);
-      std::memcpy(&v_pool[to], &v[from], size_t(n * row_elems) * 2);
+      if (row.head_major) {
+        for (int64_t t = 0; t < n; ++t) {
+          for (int64_t g = 0; g < hkv; ++g) {
+            const size_t at = to + size_t((g * bs + t) * d), of = from + size_t(t * row_elems + g * d);
+            std::memcpy(&k_pool[at], &k[of], size_t(d) * 2);
+            std::memcpy(&v_pool[at], &v[of], size_t(d) * 2);
+          }
+        }
+      } else {
+        std::memcpy(&k_pool[to], &k[from], size_t(n * row_elems) * 2);
+        std::memcpy(&v_pool[to], &v[from], size_t(n * row_elems) * 2);
+      }
     }
   }
   std::vector<float> q(size_t(total_q * hq * d)), out(size_t(total_q * hq * d));
@@ -886,8 +903,11 @@ void RunPagedVsContiguous(benchmark::State& state, const ServingRow& row) {
   p.head_dim = d;
   p.num_blocks = num_blocks;
   p.block_size = bs;
-  p.k_cache = {k_pool.data(), bs * row_elems, row_elems, d, attn::DType::kBF16};
-  p.v_cache = {v_pool.data(), bs * row_elems, row_elems, d, attn::DType::kBF16};
+  // PagePool {data, block_stride, row_stride, head_stride, dtype}.
+  const int64_t row_stride = row.head_major ? d : row_elems;
+  const int64_t head_stride = row.head_major ? bs * d : d;
+  p.k_cache = {k_pool.data(), bs * row_elems, row_stride, head_stride, attn::DType::kBF16};
+  p.v_cache = {v_pool.data(), bs * row_elems, row_stride, head_stride, attn::DType::kBF16};
   p.block_table = table.data();
   p.max_blocks = max_blocks;
   p.cache_seqlens = tk.data();
@@ -1009,11 +1029,14 @@ void RunVarlenVsDense(benchmark::State& state, const ServingRow& row) {
 std::vector<ServingRow> ServingRows() {
   std::vector<ServingRow> rows;
   for (int threads : {1, 2}) {
-    for (int64_t bs : {int64_t{16}, int64_t{128}}) {
-      ServingRow r;
-      r.block_size = bs;
-      r.threads = threads;
-      rows.push_back(r);
+    for (bool head_major : {false, true}) {
+      for (int64_t bs : {int64_t{16}, int64_t{128}}) {
+        ServingRow r;
+        r.block_size = bs;
+        r.head_major = head_major;
+        r.threads = threads;
+        rows.push_back(r);
+      }
     }
     ServingRow m;
     m.kind = ServingRow::Kind::kMixed;
