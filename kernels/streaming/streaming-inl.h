@@ -17,8 +17,8 @@
 // rows can see are computed for that vector alone (SplitPanelTile).
 // Measured on AMD EPYC Zen 5 (family 26 model 2), one thread, T = 8192,
 // d = 128, causal, GFLOP/s on the visible pairs against full causal in the
-// same attn-bench process (5-9 interleaved repetitions, medians over four
-// runs at load 0.8-1.2): W = 512 0.85-0.88 (0.84 before the vector split,
+// same attn-bench process (5-9 interleaved repetitions, medians of six
+// runs at load 0.1-1.2): W = 512 0.85-0.90 (0.84 before the vector split,
 // the vectorised Q packing and the Q / O prefetch below; 0.79-0.86 then
 // under load 1.5-3.5), W = 4096 0.99-1.00 (docs/modifiers.md). Not helping
 // at W = 512: q_block 32 to 1024 with kv_block 64 to 272 in place of the
@@ -126,22 +126,6 @@ HWY_INLINE void HideVector(size_t n, int64_t first, int64_t end, float* HWY_REST
   for (int64_t j = first; j < end; ++j) hn::Store(neg_inf, df, st + j * P + n * hn::Lanes(df));
 }
 
-// Prefetches rows [first, last) of a row-major tensor (`bytes` of each row,
-// rows `stride_bytes` apart); `write` for rows about to be written.
-HWY_INLINE void PrefetchRows(const void* base, int64_t stride_bytes, int64_t first, int64_t last,
-                             int64_t bytes, bool write) {
-  for (int64_t i = first; i < last; ++i) {
-    const char* row = static_cast<const char*>(base) + i * stride_bytes;
-    for (int64_t b = 0; b < bytes; b += 64) {
-      if (write) {
-        __builtin_prefetch(row + b, 1, 2);
-      } else {
-        __builtin_prefetch(row + b, 0, 2);
-      }
-    }
-  }
-}
-
 // One head (or a sub-view of rows/keys of one), normalised output and lse.
 HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
                               StreamingScratch& scratch) {
@@ -189,12 +173,12 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
         // bring the share forward).
         const int64_t upto =
             std::min(next_rows, next_rows * ++tile_index / std::max<int64_t>(1, block_tiles));
-        const int64_t next0 = q0 + rows;
-        PrefetchRows(h.QRow(next0), internal::BytesOf(h.q_type, h.q_stride), prefetched, upto,
-                     internal::BytesOf(h.q_type, h.d), false);
-        PrefetchRows(h.OutRow(next0), internal::BytesOf(h.out_type, h.out_stride), prefetched, upto,
-                     internal::BytesOf(h.out_type, h.dv), true);
-        prefetched = std::max(prefetched, upto);
+        const int64_t next = q0 + rows + prefetched;
+        if (upto > prefetched) {  // narrow-inl.h's PrefetchRows
+          PrefetchRows(h.QRow(next), h.q_type, h.q_stride, upto - prefetched, h.d);
+          PrefetchRows(h.OutRow(next), h.out_type, h.out_stride, upto - prefetched, h.dv);
+          prefetched = upto;
+        }
       }
       // A view with key spans (a paged cache) ends a tile at each span's
       // end: the tile's rows are then at one stride from its first.
