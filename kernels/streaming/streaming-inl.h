@@ -230,18 +230,17 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
         } else {
           OnlineSoftmaxTile(st, keys, scratch.stats(p), scratch.ot(p, h.dv), h.dv);
         }
-        if (bad) {
-          MixTile(st, keys, bad_v.clean(), h.dv, h.dv, scratch.ot(p, h.dv));
-        } else {
-          const float* v0 = v + (a0 - j0) * vt.stride;
-          float* ot = scratch.ot(p, h.dv);
-          if (both > 0) MixTile<0, 1>(st, both, v0, vt.stride, h.dv, ot);
-          if (last > both) {
-            MixTile(st + both * P, last - both, v0 + both * vt.stride, vt.stride, h.dv, ot);
-          }
-          if (keys > last) {
-            MixTile<1, 1>(st + last * P, keys - last, v0 + last * vt.stride, vt.stride, h.dv, ot);
-          }
+        // A tile with NaN / Inf in V mixes the cleaned copy, all of it in
+        // both vectors (its split is the whole tile).
+        const float* v0 = bad ? bad_v.clean() : v + (a0 - j0) * vt.stride;
+        const int64_t v_stride = bad ? h.dv : vt.stride;
+        float* ot = scratch.ot(p, h.dv);
+        if (both > 0) MixTile<0, 1>(st, both, v0, v_stride, h.dv, ot);
+        if (last > both) {
+          MixTile(st + both * P, last - both, v0 + both * v_stride, v_stride, h.dv, ot);
+        }
+        if (keys > last) {
+          MixTile<1, 1>(st + last * P, keys - last, v0 + last * v_stride, v_stride, h.dv, ot);
         }
         if (bad) bad_v.AddTo(st, keys, scratch.ot(p, h.dv));
       }
