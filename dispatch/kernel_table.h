@@ -27,10 +27,11 @@ struct KernelImpl {
   // rows): other problems skip the row without calling `declines`, so a
   // float32 call builds no reason string (no allocation on that path).
   bool all_bf16_only = false;
-  // Null, or the same kernel on a problem of one batch entry and one kv
-  // head whose keys are a list of spans (a paged cache's page runs, kernel.h
-  // KeySpan; the problem's k and v are not read): one call for every page,
-  // one online softmax across them. The serving executor uses it where set
+  // Null, or the same kernel on a problem of one batch entry whose keys are
+  // a list of spans (a paged cache's page runs, kernel.h KeySpan, giving kv
+  // head 0's rows; the problem's k and v are not read, their head strides
+  // place the other kv heads): one call for every page and kv head, one
+  // online softmax across the pages. The serving executor uses it where set
   // and otherwise calls `run` once per span and merges.
   void (*run_spans)(const Problem& problem, const KeySpan* spans, int64_t span_count,
                     const RunConfig& config) = nullptr;

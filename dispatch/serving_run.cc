@@ -9,8 +9,10 @@
 // with their own lengths (a row range [a, b) over keys [k0, off + b) under
 // kBottomRight is exactly the original mask). Those row ranges ("pieces"),
 // times the kv heads (each item runs a GQA group's query heads, so that
-// decode's grouped views read each K/V row once per group), times key
-// ranges ("parts", only to occupy threads) are the work items: one OpenMP
+// decode's grouped views read each K/V row once per group; or every kv
+// head at once, for pieces of few rows when the kv heads' rows of a token
+// lie in one token row: see HeadsShareRows), times key ranges ("parts",
+// only to occupy threads) are the work items: one OpenMP
 // loop, largest first, dynamic schedule. A piece split into parts is merged
 // afterwards by log-sum-exp (kernels/common/merge.h), like the parallel
 // kernel's split-KV, so one long sequence next to many short ones spreads
@@ -78,6 +80,9 @@ struct Piece {
   bool causal = false;     // bottom-right rows (else every key visible)
   int64_t key_end = 0;     // keys the piece's last row sees
   int parts = 1;
+  // Its items run every kv head in one kernel call (kv heads whose rows
+  // share token rows, see HeadsShareRows) instead of one item per kv head.
+  bool all_heads = false;
   double work = 0;         // visible (row, key) pairs per query head
   size_t partial = 0;      // first float of its partials (parts > 1)
   const KernelImpl* impl = nullptr;
@@ -156,6 +161,7 @@ class Runner {
   // happens before the first write: before_write(), then the outputs.
   void Run(const std::function<void()>& before_write) {
     group_ = b_.q_heads / b_.kv_heads;
+    heads_share_rows_ = HeadsShareRows();
     requested_threads_ = ResolveThreads(o_.threads);
     MakePieces();
     ChooseThreads();
@@ -211,6 +217,23 @@ class Runner {
     }
   }
 
+  // Whether the kv heads' K and V rows of a token lie within one token row
+  // (token-major [tokens, kv_heads, d], packed or in pages): then one kernel
+  // call over every kv head lets the streaming kernel walk the heads side by
+  // side (narrow-inl.h NarrowHeads), reading each token row, and each page,
+  // whole and once. One item per kv head read d of every kv_heads x d
+  // elements, and a page once per head: paged decode with 16-token bf16
+  // pages ran at 0.56-0.63 of the contiguous layout's rate (AMD EPYC Zen 5,
+  // docs/serving.md).
+  bool HeadsShareRows() const {
+    if (b_.kv_heads < 2) return false;
+    // The last kv head's row starts within kv head 0's token row.
+    const auto within = [&](DType t, int64_t head, int64_t row) {
+      return BytesOf(t, std::abs(head) * (b_.kv_heads - 1)) < BytesOf(t, std::abs(row));
+    };
+    return within(b_.k_type, b_.k_head, b_.k_row) && within(b_.v_type, b_.v_head, b_.v_row);
+  }
+
   void AddPiece(size_t seq, int64_t r0, int64_t r1, bool causal, int64_t off) {
     Piece p;
     p.seq = seq;
@@ -220,6 +243,9 @@ class Runner {
     const int64_t tk = b_.seqs[seq].tk;
     p.key_end = causal ? off + r1 : tk;
     p.work = causal ? CausalPairs(r0, r1, off) : double(r1 - r0) * double(tk);
+    // Views of few rows (the streaming kernel's narrow path: half a panel)
+    // are what NarrowHeads walks side by side.
+    p.all_heads = heads_share_rows_ && r1 - r0 <= PanelWidth() / 2;
     pieces_.push_back(p);
   }
 
@@ -275,7 +301,8 @@ class Runner {
         q.key_end = p.causal ? off + q.r1 : p.key_end;
         q.work = p.causal ? CausalPairs(q.r0, q.r1, off) : double(q.r1 - q.r0) * double(p.key_end);
         const int64_t max_parts = std::max<int64_t>(1, q.key_end / kMinPartKeys);
-        q.parts = int(std::clamp<int64_t>(int64_t(std::ceil(q.work / target)), 1,
+        const double item_work = q.work * double(q.all_heads ? b_.kv_heads : 1);
+        q.parts = int(std::clamp<int64_t>(int64_t(std::ceil(item_work / target)), 1,
                                           std::min<int64_t>(max_parts, kMaxKvSplits)));
         split.push_back(q);
       }
@@ -329,6 +356,12 @@ class Runner {
         partial_floats += double(p.parts) * double(b_.kv_heads) * double(group_) *
                           double(p.r1 - p.r0) * double(b_.dv + 1);
       }
+      if (p.all_heads) {
+        for (int c = 0; c < p.parts; ++c) {
+          items_.push_back({i, 0, c, p.work * double(b_.kv_heads) / p.parts});
+        }
+        continue;
+      }
       for (int64_t g = 0; g < b_.kv_heads; ++g) {
         for (int c = 0; c < p.parts; ++c) items_.push_back({i, g, c, p.work / p.parts});
       }
@@ -348,11 +381,15 @@ class Runner {
     int64_t lse_row, lse_head;
   };
 
+  // A part's partials: outputs [q_heads][rows][dv], then lse [q_heads][rows];
+  // kv head g's query heads from g * group on, so that one call over every
+  // kv head (Piece::all_heads) writes them at uniform head strides.
   Dest PartialDest(const Piece& p, int64_t g, int part) {
     const int64_t rows = p.r1 - p.r0;
     float* base = partials_.data() + p.partial +
-                  size_t((part * b_.kv_heads + g) * group_ * rows * (b_.dv + 1));
-    return {base, DType::kF32, b_.dv, rows * b_.dv, base + group_ * rows * b_.dv, 1, rows};
+                  size_t(part * b_.q_heads * rows * (b_.dv + 1));
+    return {base + g * group_ * rows * b_.dv, DType::kF32, b_.dv, rows * b_.dv,
+            base + b_.q_heads * rows * b_.dv + g * group_ * rows, 1, rows};
   }
 
   Dest FinalDest(const Piece& p, int64_t g) const {
@@ -369,15 +406,17 @@ class Runner {
     return d;
   }
 
-  // The batch-1 sub-problem of rows [a, b) (of the sequence), kv head g,
-  // keys [k0, k1) whose first K and V rows are at k and v, writing rows'
-  // results at `dest` (its row 0 = sequence row a).
-  Problem SubProblem(const Piece& p, int64_t g, const void* k, const void* v, int64_t a,
-                     int64_t b, int64_t k0, int64_t k1, bool causal, const Dest& dest) const {
+  // The batch-1 sub-problem of rows [a, b) (of the sequence), kv heads
+  // [g, g + heads), keys [k0, k1) whose first K and V rows (kv head g) are
+  // at k and v, writing rows' results at `dest` (its row 0 = sequence row
+  // a, its head 0 = kv head g's first query head).
+  Problem SubProblem(const Piece& p, int64_t g, int64_t heads, const void* k, const void* v,
+                     int64_t a, int64_t b, int64_t k0, int64_t k1, bool causal,
+                     const Dest& dest) const {
     const ServingSeq& s = b_.seqs[p.seq];
     Problem sub;
-    sub.q_heads = group_;
-    sub.kv_heads = 1;
+    sub.q_heads = group_ * heads;
+    sub.kv_heads = heads;
     sub.q_len = b - a;
     sub.kv_len = k1 - k0;
     sub.head_dim = b_.d;
@@ -404,19 +443,19 @@ class Runner {
   // Runs the piece's kernel row on rows [a, b) (of the sequence) over keys
   // [k0, k1) of segment `seg`, writing rows' results at `dest` (its row 0 =
   // sequence row a).
-  void RunStep(const Piece& p, int64_t g, const KeySegment& seg, int64_t a, int64_t b,
-               int64_t k0, int64_t k1, bool causal, const Dest& dest) const {
+  void RunStep(const Piece& p, int64_t g, int64_t heads, const KeySegment& seg, int64_t a,
+               int64_t b, int64_t k0, int64_t k1, bool causal, const Dest& dest) const {
     const int64_t key = k0 - seg.begin;
     const void* k = ElementOffset(seg.k, b_.k_type, key * b_.k_row + g * b_.k_head);
     const void* v = ElementOffset(seg.v, b_.v_type, key * b_.v_row + g * b_.v_head);
-    p.impl->run(SubProblem(p, g, k, v, a, b, k0, k1, causal, dest), Config(p));
+    p.impl->run(SubProblem(p, g, heads, k, v, a, b, k0, k1, causal, dest), Config(p));
   }
 
   // The same over keys [k0, k1) of every segment of the sequence, in one
   // call of the kernel's span entry point (KernelImpl::run_spans): the
   // kernel's tiles follow the segments, one online softmax across them.
-  void RunSpansStep(const Piece& p, int64_t g, int64_t a, int64_t b, int64_t k0, int64_t k1,
-                    bool causal, const Dest& dest) const {
+  void RunSpansStep(const Piece& p, int64_t g, int64_t heads, int64_t a, int64_t b, int64_t k0,
+                    int64_t k1, bool causal, const Dest& dest) const {
     const ServingSeq& s = b_.seqs[p.seq];
     thread_local std::vector<KeySpan> spans;
     spans.clear();
@@ -429,15 +468,28 @@ class Runner {
                        ElementOffset(seg.k, b_.k_type, key * b_.k_row + g * b_.k_head),
                        ElementOffset(seg.v, b_.v_type, key * b_.v_row + g * b_.v_head)});
     }
-    p.impl->run_spans(SubProblem(p, g, spans[0].k, spans[0].v, a, b, k0, k1, causal, dest),
-                      spans.data(), int64_t(spans.size()), Config(p));
+    p.impl->run_spans(
+        SubProblem(p, g, heads, spans[0].k, spans[0].v, a, b, k0, k1, causal, dest),
+        spans.data(), int64_t(spans.size()), Config(p));
   }
 
-  // One item: the piece's rows, kv head g, keys of part `part`.
+  // One item: the piece's rows, its kv head (or every kv head), keys of
+  // part `part`.
   void RunItem(const Item& item) {
     const Piece& p = pieces_[item.piece];
+    if (p.all_heads) {
+      RunItemHeads(item, 0, b_.kv_heads);
+    } else {
+      RunItemHeads(item, item.kv_head, 1);
+    }
+  }
+
+  // The item's rows and keys for kv heads [g, g + heads): in one kernel
+  // call when that is one step covering the rows, else per kv head.
+  void RunItemHeads(const Item& item, int64_t g, int64_t heads) {
+    const Piece& p = pieces_[item.piece];
     const ServingSeq& s = b_.seqs[p.seq];
-    const int64_t g = item.kv_head, rows = p.r1 - p.r0, dv = b_.dv;
+    const int64_t rows = p.r1 - p.r0, dv = b_.dv;
     const int64_t off = Offset(p);
     // The part's keys, on granule (page) boundaries.
     const int64_t granules = (p.key_end + b_.key_granule - 1) / b_.key_granule;
@@ -482,16 +534,20 @@ class Runner {
       }
     }
 
-    auto run = [&](const Step& st, const Dest& dest) {
+    auto run = [&](const Step& st, int64_t n_heads, const Dest& dest) {
       if (st.seg == kSpans) {
-        RunSpansStep(p, g, st.a, st.b, st.k0, st.k1, st.causal, dest);
+        RunSpansStep(p, g, n_heads, st.a, st.b, st.k0, st.k1, st.causal, dest);
       } else {
-        RunStep(p, g, b_.segments[st.seg], st.a, st.b, st.k0, st.k1, st.causal, dest);
+        RunStep(p, g, n_heads, b_.segments[st.seg], st.a, st.b, st.k0, st.k1, st.causal, dest);
       }
     };
     auto covers = [&](const Step& st) { return st.a == p.r0 && st.b == p.r1; };
     if (steps.size() == 1 && covers(steps[0])) {
-      run(steps[0], target);
+      run(steps[0], heads, target);
+      return;
+    }
+    if (heads > 1) {
+      for (int64_t h = g; h < g + heads; ++h) RunItemHeads(item, h, 1);
       return;
     }
 
@@ -513,14 +569,14 @@ class Runner {
     for (const Step& st : steps) {
       const int64_t n = st.b - st.a;
       if (empty && covers(st)) {
-        run(st, acc);
+        run(st, 1, acc);
         empty = false;
         continue;
       }
       float* so = step_buf.data();
       float* sl = so + group_ * n * dv;
       const Dest sd{so, DType::kF32, dv, n * dv, sl, 1, n};
-      run(st, sd);
+      run(st, 1, sd);
       for (int64_t h = 0; h < group_; ++h) {
         AccumulateRows(n, dv, so + h * n * dv, sl + h * n,
                        acc_out + h * rows * dv + (st.a - p.r0) * dv,
@@ -588,6 +644,7 @@ class Runner {
   const ServingBatch& b_;
   const Options& o_;
   int64_t group_ = 1;
+  bool heads_share_rows_ = false;
   int requested_threads_ = 1, threads_ = 1;
   double flops_per_pair_ = 1, total_flops_ = 0;
   std::vector<Piece> pieces_;

@@ -98,6 +98,9 @@ struct HeadView {
   // hands spans to no other kernel.
   const KeySpan* spans = nullptr;
   int64_t span_count = 0, span_shift = 0;
+  // Bytes from a span's k (v) to this view's rows: spans give kv head 0's
+  // rows, and the view of kv head g reads g head strides further.
+  int64_t span_k_bytes = 0, span_v_bytes = 0;
 
   // Where key j is, and how many keys follow it contiguously. *hint (start
   // at 0) keeps the last span found: callers walk keys in increasing order,
@@ -110,8 +113,10 @@ struct HeadView {
     while (spans[i].end <= s) ++i;
     *hint = i;
     const int64_t at = s - spans[i].begin;
-    return {ElementOffset(spans[i].k, k_type, at * k_stride),
-            ElementOffset(spans[i].v, v_type, at * v_stride),
+    return {ElementOffset(static_cast<const char*>(spans[i].k) + span_k_bytes, k_type,
+                          at * k_stride),
+            ElementOffset(static_cast<const char*>(spans[i].v) + span_v_bytes, v_type,
+                          at * v_stride),
             std::min(spans[i].end - s, tk - j)};
   }
 

@@ -571,9 +571,15 @@ void CheckNarrowScoreTile(bt::DotCheck& check) {
             std::fill(scratch.q(r) + d, scratch.q(r) + q_stride, NAN);
             std::fill(scratch.s(r), scratch.s(r) + s_stride, bt::kSentinel);
           }
-          NarrowScoreTile<R>(scratch, row0, d, k.data(), DType::kF32, k_stride, keys, keys, v.data(),
-                             DType::kF32, dv, dv,
-                             prefetch);
+          // The view the K prefetch requests rows of (its keys, in memory).
+          internal::HeadView view;
+          view.k = k.data();
+          view.k_stride = k_stride;
+          view.tk = keys;
+          view.d = d;
+          KeyPrefetcher k_prefetch(view, keys);
+          NarrowScoreTile<R>(scratch, row0, d, k.data(), k_stride, keys, 0, k_prefetch, v.data(),
+                             DType::kF32, dv, dv, prefetch);
           for (int64_t r = 0; r < rows; ++r) {
             const std::string where = std::string(ThisTarget()) + ", R " + std::to_string(R) +
                                       ", KB " + std::to_string(KB) + ", d " + std::to_string(d) +

@@ -397,6 +397,68 @@ TEST(Paged, AllBf16OnEveryDotPath) {
   ForceDotPath("auto");
 }
 
+// Token-major pages ([num_blocks, block_size, kv_heads, d]: the kv heads of
+// a token in one row) run every kv head of a sequence in one kernel call,
+// whose narrow views take their tiles in turn (narrow-inl.h NarrowHeads;
+// 9 kv heads: a run of 8 and one alone); head-major pages
+// ([num_blocks, kv_heads, block_size, d]) one kv head a call. Each view does
+// the same operations either way, so the two layouts must give the same
+// bits, on every target and every kernel with a span entry point, for
+// decode and for a few causal rows; and both are within the float64 bound
+// (EveryVariantOnEveryTargetIsWithinTheBound runs token-major pages).
+TEST(Paged, TokenMajorPagesGiveTheBitsOfHeadMajorPages) {
+  PagedCase c;
+  c.name = "token_major";
+  c.cached = {200, 33, 1, 70};
+  c.fresh = {0, 0, 0, 0};
+  c.tq = {1, 3, 1, 2};
+  c.q_heads = 18;
+  c.kv_heads = 9;
+  c.pool_type = DType::kBF16;
+  OwnedPaged o;
+  MakePaged(c, o);
+  const int64_t bs = c.block_size, d = c.d, h = c.kv_heads;
+  Buffer k_heads = o.k_pool, v_heads = o.v_pool;
+  for (int64_t n = 0; n < o.num_blocks; ++n) {
+    for (int64_t slot = 0; slot < bs; ++slot) {
+      for (int64_t g = 0; g < h; ++g) {
+        for (int64_t i = 0; i < d; ++i) {
+          const size_t token_major = size_t(((n * bs + slot) * h + g) * d + i);
+          const size_t head_major = size_t(((n * h + g) * bs + slot) * d + i);
+          k_heads.Set(head_major, o.k_pool.Get(token_major));
+          v_heads.Set(head_major, o.v_pool.Get(token_major));
+        }
+      }
+    }
+  }
+  PagedProblem heads = o.p;
+  heads.k_cache = {k_heads.data(), bs * h * d, d, bs * d, c.pool_type};
+  heads.v_cache = {v_heads.data(), bs * h * d, d, bs * d, c.pool_type};
+  for (const std::string& target : SupportedTargets()) {
+    ForceTarget(target);
+    for (KernelId kernel : {KernelId::kStreaming, KernelId::kParallel}) {
+      for (int threads : {1, 2}) {
+        SCOPED_TRACE(target + " kernel " + std::to_string(int(kernel)) + " threads " +
+                     std::to_string(threads));
+        Options options;
+        options.kernel = kernel;
+        options.threads = threads;
+        o.Clear();
+        PagedAttention(heads, options);
+        const Buffer out_heads = o.out;
+        const std::vector<float> lse_heads = o.lse;
+        o.Clear();
+        PagedAttention(o.p, options);
+        EXPECT_TRUE(SameBits(o.out, out_heads));
+        EXPECT_EQ(std::memcmp(o.lse.data(), lse_heads.data(), o.lse.size() * sizeof(float)), 0);
+        // Rows were written (the sentinel is gone).
+        EXPECT_NE(o.lse[0], kServingSentinel);
+      }
+    }
+  }
+  ForceTarget("auto");
+}
+
 // The bound sees a wrong block table: two entries swapped, or one page's
 // block index off by one (the planted bug), for every kernel.
 TEST(Paged, BoundFailsForASwappedOrOffByOneBlockTable) {

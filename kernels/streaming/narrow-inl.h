@@ -112,6 +112,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "attn/attn.h"  // Tiles
@@ -138,6 +139,13 @@ HWY_INLINE int64_t NarrowMaxRows() { return int64_t(PanelWidth()) / 2; }
 // Rows sharing each loaded K vector and V vector in the micro-kernels
 // (R·KB and R·CV accumulators fit 16 registers for R <= 4).
 constexpr int64_t kNarrowGroupRows = 4;
+
+// At most this many views take their tiles in turn (NarrowHeads): a round
+// of tiles is then at most 8 x (16 KiB of V + its K), 256-384 KiB, within
+// the L2 of every CPU attn is tuned on (512 KiB a core on Zen 3, 1 MiB on
+// Zen 4 / Zen 5, 2 MiB on Sapphire Rapids), so the rows one view leaves in
+// L2 are still there for the next.
+constexpr int64_t kNarrowMaxInterleavedViews = 8;
 
 // Running softmax state of one row.
 struct NarrowRowStats {
@@ -325,22 +333,48 @@ HWY_INLINE int64_t KeyPrefetchDistance(DType k_type) {
   return kKeyPrefetchDistance * internal::BytesOf(DType::kF32, 32) / internal::BytesOf(k_type, 32);
 }
 
-// Scores of a tile: blocks of KB keys, then the rest one at a time, with the
-// same keys' V rows prefetched for the mix.
+// Requests K rows KeyPrefetchDistance keys ahead of the score pass, wherever
+// those keys are: in the run being scored or in a later one (a page further
+// on: with 16-token pages of a 16-bit K, 32 keys ahead is two pages on).
+// Requesting only the next run's first keys at the start of each run, as
+// the q8_0 path still does, left paged decode with 16- and 128-token pages
+// at 0.62-0.65 and 0.85-0.90 of the contiguous layout's rate; this, 0.68-
+// 0.75 and 0.91-0.96 (AMD EPYC Zen 5, docs/serving.md).
+class KeyPrefetcher {
+ public:
+  KeyPrefetcher(const internal::HeadView& h, int64_t key_end)
+      : h_(h), key_end_(key_end), ahead_(KeyPrefetchDistance(h.k_type)) {}
+  // K rows of view keys [key + ahead, key + ahead + count), of the run
+  // holding the first of them.
+  HWY_INLINE void Request(int64_t key, int64_t count) {
+    const int64_t first = key + ahead_;
+    if (first + count > key_end_) return;
+    const internal::KeyRun run = h_.RunAt(first, &hint_);
+    PrefetchRows(run.k, h_.k_type, h_.k_stride, std::min(count, run.keys), h_.d);
+  }
+
+ private:
+  const internal::HeadView& h_;
+  int64_t key_end_, ahead_, hint_ = 0;
+};
+
+// Scores of a run of `keys` keys (view keys from key0) of a tile: blocks of
+// KB keys, then the rest one at a time, with the same keys' V rows
+// prefetched for the mix and K rows ahead (KeyPrefetcher).
 template <int R, typename TK>
 HWY_INLINE void NarrowScoreTile(const NarrowScratch& scratch, int64_t row0, int64_t d,
-                                const TK* HWY_RESTRICT k, DType k_type, int64_t k_stride,
-                                int64_t keys, int64_t keys_left, const void* HWY_RESTRICT v,
-                                DType v_type, int64_t v_stride, int64_t dv, bool prefetch) {
+                                const TK* HWY_RESTRICT k, int64_t k_stride, int64_t keys,
+                                int64_t key0, KeyPrefetcher& k_prefetch,
+                                const void* HWY_RESTRICT v, DType v_type, int64_t v_stride,
+                                int64_t dv, bool prefetch) {
   constexpr int KB = NarrowKeysPerBlock<R>();
   const int64_t v_row_bytes = internal::BytesOf(v_type, v_stride);
   const char* HWY_RESTRICT v_bytes = static_cast<const char*>(v);
-  const int64_t ahead = KeyPrefetchDistance(k_type);
   int64_t j = 0;
   for (; j + KB <= keys; j += KB) {
-    if (prefetch) PrefetchRows(v_bytes + j * v_row_bytes, v_type, v_stride, KB, dv);
-    if (prefetch && j + ahead + KB <= keys_left) {
-      PrefetchRows(k + (j + ahead) * k_stride, k_type, k_stride, KB, d);
+    if (prefetch) {
+      PrefetchRows(v_bytes + j * v_row_bytes, v_type, v_stride, KB, dv);
+      k_prefetch.Request(key0 + j, KB);
     }
     NarrowScoreBlock<R, KB>(scratch, row0, d, k + j * k_stride, k_stride, j);
   }
@@ -481,23 +515,24 @@ namespace HWY_NAMESPACE {
 // costs the chunks' loop overhead, not a softmax step or a merge per page.
 template <int R>
 HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scratch,
-                                int64_t row0, int64_t j0, int64_t keys,
+                                int64_t row0, int64_t j0, int64_t keys, int64_t key_end,
                                 const NarrowChunk* HWY_RESTRICT chunks, size_t n_chunks,
                                 NarrowRowStats* HWY_RESTRICT stats) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
   // The first group of the tile brings its K and V rows into the cache.
   const bool prefetch = row0 == 0;
+  KeyPrefetcher k_prefetch(h, key_end);
   for (size_t c = 0; c < n_chunks; ++c) {
     const NarrowChunk& ch = chunks[c];
-    // The next run's K rows, requested while this one is scored: within a
-    // run the score pass requests K ahead itself, but not across runs.
-    if (prefetch && ch.next_k) {
-      PrefetchRows(ch.next_k, h.k_type, h.k_stride,
-                   std::min(ch.next_keys, KeyPrefetchDistance(h.k_type)), h.d);
-    }
     scratch.SetScoreAt(ch.at);
     // q8_0 K or V: narrow_q8-inl.h (one branch per chunk).
     if (h.k_type == DType::kQ8_0) {
+      // The next run's K rows, requested while this one is scored: within
+      // a run the q8_0 score pass requests K ahead itself, not across runs.
+      if (prefetch && ch.next_k) {
+        PrefetchRows(ch.next_k, h.k_type, h.k_stride,
+                     std::min(ch.next_keys, KeyPrefetchDistance(h.k_type)), h.d);
+      }
       NarrowScoreTileQ8_0<R>(scratch, row0, h.d, static_cast<const uint8_t*>(ch.k),
                              internal::BytesOf(h.k_type, h.k_stride), ch.keys, ch.k_ahead,
                              static_cast<const uint8_t*>(ch.v),
@@ -506,8 +541,8 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
     } else {
       WithStorageType(h.k_type, [&](auto tag) {
         using TK = decltype(tag);
-        NarrowScoreTile<R>(scratch, row0, h.d, static_cast<const TK*>(ch.k), h.k_type,
-                           h.k_stride, ch.keys, ch.k_ahead, ch.v, h.v_type, h.v_stride, h.dv,
+        NarrowScoreTile<R>(scratch, row0, h.d, static_cast<const TK*>(ch.k), h.k_stride,
+                           ch.keys, j0 + ch.at, k_prefetch, ch.v, h.v_type, h.v_stride, h.dv,
                            prefetch);
       });
     }
@@ -564,70 +599,129 @@ HWY_INLINE void FinishNarrowRow(const internal::HeadView& h, int64_t r,
   if (h.lse) h.lse[r * h.lse_stride] = f.lse;
 }
 
-// Views of up to NarrowMaxRows() rows: normalised output and lse. Rows go
-// in groups of up to kNarrowGroupRows; every group of a key tile runs while
-// the tile's K and V rows are in L1/L2, so K and V come from memory once per
-// view whatever its row count.
-HWY_INLINE void NarrowHead(const internal::HeadView& h, const Tiles& tiles,
-                           NarrowScratch& scratch) {
-  const int64_t rows = h.tq;
-  // The mix walks the tile's V rows once per column chunk: the tile must
-  // stay in L1 (16 KiB of V, in V's own element type: a 16-bit V fits twice
-  // the keys), or with power-of-two row strides the passes evict each other
-  // even from L2 (kv_block 128 at d = 128 ran at a quarter of the speed for
-  // 4 rows, float32 V).
-  const int64_t l1_keys = std::max<int64_t>(
-      8, (16 * 1024) / std::max<int64_t>(1, internal::BytesOf(h.v_type, h.dv)));
-  const int64_t kv_block = std::max<int64_t>(1, std::min<int64_t>(tiles.kv_block, l1_keys));
-  scratch.Reserve(rows, h.d, kv_block, h.dv);
-  NarrowRowStats* HWY_RESTRICT stats = scratch.stats();
-  for (int64_t r = 0; r < rows; ++r) {
-    stats[r] = NarrowRowStats();
-    const void* HWY_RESTRICT q = h.QRow(r);
-    float* HWY_RESTRICT qs = scratch.q(r);
-    for (int64_t c = 0; c < h.d; ++c) qs[c] = h.scale * internal::LoadElement(q, h.q_type, c);
-    std::fill(scratch.o(r), scratch.o(r) + h.dv, 0.0f);
+// A narrow view's walk over its key tiles, one tile a call, so that several
+// views can take their tiles in turn (NarrowHeads). Rows go in groups of up
+// to kNarrowGroupRows; every group of a key tile runs while the tile's K and
+// V rows are in L1/L2, so K and V come from memory once per view whatever
+// its row count.
+class NarrowWalk {
+ public:
+  NarrowWalk(const internal::HeadView& h, const Tiles& tiles, NarrowScratch& scratch)
+      : h_(h), scratch_(scratch) {
+    const int64_t rows = h.tq;
+    // The mix walks the tile's V rows once per column chunk: the tile must
+    // stay in L1 (16 KiB of V, in V's own element type: a 16-bit V fits
+    // twice the keys), or with power-of-two row strides the passes evict
+    // each other even from L2 (kv_block 128 at d = 128 ran at a quarter of
+    // the speed for 4 rows, float32 V).
+    const int64_t l1_keys = std::max<int64_t>(
+        8, (16 * 1024) / std::max<int64_t>(1, internal::BytesOf(h.v_type, h.dv)));
+    kv_block_ = std::max<int64_t>(1, std::min<int64_t>(tiles.kv_block, l1_keys));
+    scratch.Reserve(rows, h.d, kv_block_, h.dv);
+    NarrowRowStats* HWY_RESTRICT stats = scratch.stats();
+    for (int64_t r = 0; r < rows; ++r) {
+      stats[r] = NarrowRowStats();
+      const void* HWY_RESTRICT q = h.QRow(r);
+      float* HWY_RESTRICT qs = scratch.q(r);
+      for (int64_t c = 0; c < h.d; ++c) qs[c] = h.scale * internal::LoadElement(q, h.q_type, c);
+      std::fill(scratch.o(r), scratch.o(r) + h.dv, 0.0f);
+    }
+    // Keys outside [first row's window start, last row's last visible key)
+    // are never read: a windowed decode reads the window's keys only.
+    key_end_ = h.VisibleEnd(rows - 1);
+    j0_ = h.KeyBegin(0);
   }
-  // Keys outside [first row's window start, last row's last visible key)
-  // are never read: a windowed decode reads the window's keys only.
-  const int64_t key_end = h.VisibleEnd(rows - 1);
-  std::vector<NarrowChunk>& chunks = scratch.chunks();
-  int64_t hint = 0;
-  for (int64_t j0 = h.KeyBegin(0); j0 < key_end; j0 += kv_block) {
-    const int64_t keys = std::min(kv_block, key_end - j0);
-    // The tile's runs of contiguous keys: one for strided keys, whose K
-    // prefetch runs on to the view's end as before; with spans one per run
-    // the tile meets (RunAt), its prefetch limited to the run.
+
+  bool Done() const { return j0_ >= key_end_; }
+
+  // The next tile of keys, for every row group.
+  void Tile() {
+    const internal::HeadView& h = h_;
+    const int64_t j0 = j0_, keys = std::min(kv_block_, key_end_ - j0);
+    // The tile's runs of contiguous keys: one for strided keys; with spans
+    // one per run the tile meets (RunAt). K is requested ahead across runs
+    // (KeyPrefetcher); a q8_0 K within its run (k_ahead) and the next run's
+    // first keys (next_k).
+    std::vector<NarrowChunk>& chunks = scratch_.chunks();
     chunks.clear();
     for (int64_t j = j0; j < j0 + keys;) {
-      const internal::KeyRun run = h.RunAt(j, &hint);
+      const internal::KeyRun run = h.RunAt(j, &hint_);
       NarrowChunk ch;
       ch.k = run.k;
       ch.v = run.v;
       ch.at = j - j0;
       ch.keys = std::min(run.keys, j0 + keys - j);
-      ch.k_ahead = std::min(run.keys, key_end - j);
-      if (h.spans && run.keys == ch.keys && j + ch.keys < key_end) {
-        int64_t next_hint = hint;
+      ch.k_ahead = std::min(run.keys, key_end_ - j);
+      if (h.spans && run.keys == ch.keys && j + ch.keys < key_end_) {
+        int64_t next_hint = hint_;
         const internal::KeyRun next = h.RunAt(j + ch.keys, &next_hint);
         ch.next_k = next.k;
-        ch.next_keys = std::min(next.keys, key_end - (j + ch.keys));
+        ch.next_keys = std::min(next.keys, key_end_ - (j + ch.keys));
       }
       chunks.push_back(ch);
       j += ch.keys;
     }
     const NarrowChunk* ch = chunks.data();
     const size_t n = chunks.size();
-    for (int64_t row0 = 0; row0 < rows; row0 += kNarrowGroupRows) {
-      switch (std::min<int64_t>(kNarrowGroupRows, rows - row0)) {
-        case 1: NarrowGroupTile<1>(h, scratch, row0, j0, keys, ch, n, stats); break;
-        case 2: NarrowGroupTile<2>(h, scratch, row0, j0, keys, ch, n, stats); break;
-        case 3: NarrowGroupTile<3>(h, scratch, row0, j0, keys, ch, n, stats); break;
-        default: NarrowGroupTile<4>(h, scratch, row0, j0, keys, ch, n, stats); break;
+    NarrowRowStats* HWY_RESTRICT stats = scratch_.stats();
+    for (int64_t row0 = 0; row0 < h.tq; row0 += kNarrowGroupRows) {
+      switch (std::min<int64_t>(kNarrowGroupRows, h.tq - row0)) {
+        case 1: NarrowGroupTile<1>(h, scratch_, row0, j0, keys, key_end_, ch, n, stats); break;
+        case 2: NarrowGroupTile<2>(h, scratch_, row0, j0, keys, key_end_, ch, n, stats); break;
+        case 3: NarrowGroupTile<3>(h, scratch_, row0, j0, keys, key_end_, ch, n, stats); break;
+        default: NarrowGroupTile<4>(h, scratch_, row0, j0, keys, key_end_, ch, n, stats); break;
       }
     }
+    j0_ += keys;
   }
-  for (int64_t r = 0; r < rows; ++r) FinishNarrowRow(h, r, scratch.o(r), stats[r]);
+
+  void Finish() const {
+    for (int64_t r = 0; r < h_.tq; ++r) FinishNarrowRow(h_, r, scratch_.o(r), scratch_.stats()[r]);
+  }
+
+ private:
+  const internal::HeadView& h_;
+  NarrowScratch& scratch_;
+  int64_t kv_block_ = 1, key_end_ = 0, j0_ = 0, hint_ = 0;
+};
+
+// Views of up to NarrowMaxRows() rows: normalised output and lse.
+HWY_INLINE void NarrowHead(const internal::HeadView& h, const Tiles& tiles,
+                           NarrowScratch& scratch) {
+  NarrowWalk walk(h, tiles, scratch);
+  while (!walk.Done()) walk.Tile();
+  walk.Finish();
+}
+
+// Several narrow views whose K and V rows interleave in memory (the kv heads
+// of one sequence in a token-major layout [T, kv_heads, d], contiguous or in
+// pages [num_blocks, block_size, kv_heads, d]): their tiles taken in turn,
+// tile t of every view before tile t + 1 of any, each view with its own
+// scratch. One view alone reads d of every kv_heads·d elements of a token
+// row; in turn the views read each token row of the tile whole, while it is
+// in L2, and a page from memory once. Results are those of NarrowHead on
+// each view (the same operations in the same order per view).
+// Measured on AMD EPYC Zen 5 (attn-bench serving/decode_step, 8 kv heads,
+// d = 128, bf16 pages of 16 tokens): see docs/serving.md.
+HWY_INLINE void NarrowHeads(const internal::HeadView* views, int64_t count, const Tiles& tiles,
+                            NarrowScratch* const* scratches) {
+  constexpr int64_t kMax = kNarrowMaxInterleavedViews;
+  HWY_DASSERT(count <= kMax);
+  // Each view requests its own rows ahead, as alone (NarrowGroupTile). The
+  // first view of a round requesting every view's rows of each token
+  // instead, or the next round's rows requested at once before it, measured
+  // 1.5-2x slower, contiguous and paged alike (AMD EPYC Zen 5).
+  std::optional<NarrowWalk> walks[kMax];
+  for (int64_t i = 0; i < count; ++i) walks[i].emplace(views[i], tiles, *scratches[i]);
+  for (bool more = true; more;) {
+    more = false;
+    for (int64_t i = 0; i < count; ++i) {
+      if (walks[i]->Done()) continue;
+      walks[i]->Tile();
+      more |= !walks[i]->Done();
+    }
+  }
+  for (int64_t i = 0; i < count; ++i) walks[i]->Finish();
 }
 
 }  // namespace HWY_NAMESPACE

@@ -86,14 +86,16 @@ class StreamingScratch {
   float* qt(int64_t panel, int64_t d) const { return qt_.get() + panel * d * PanelWidth(); }
   float* ot(int64_t panel, int64_t dv) const { return ot_.get() + panel * dv * PanelWidth(); }
   float* st() const { return st_.get(); }
-  NarrowScratch& narrow() { return narrow_; }
+  // Scratch of narrow view i of the views NarrowHeads takes in turn.
+  NarrowScratch& narrow(int64_t i = 0) { return narrow_[i]; }
   PanelStats stats(int64_t panel) const {
     float* base = stats_.get() + panel * 3 * PanelWidth();
     return PanelStats{base, base + PanelWidth(), base + 2 * PanelWidth()};
   }
 
  private:
-  NarrowScratch narrow_;  // for views of few rows (narrow-inl.h)
+  // For views of few rows (narrow-inl.h), one per view taken in turn.
+  NarrowScratch narrow_[kNarrowMaxInterleavedViews];
   hwy::AlignedFreeUniquePtr<float[]> qt_, ot_, st_, stats_, kw_, vw_;
   size_t qt_size_ = 0, ot_size_ = 0, st_size_ = 0, stats_size_ = 0, kw_size_ = 0, vw_size_ = 0;
 };

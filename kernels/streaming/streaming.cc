@@ -14,27 +14,78 @@ HWY_BEFORE_NAMESPACE();
 namespace attn {
 namespace HWY_NAMESPACE {
 
+// Whether narrow view b reads the same token rows as narrow view a: the
+// same keys, with b's K and V rows starting within a's (kv heads of one
+// sequence in a token-major layout, b's after a's), so that the two take
+// their tiles in turn (narrow-inl.h NarrowHeads) and read those rows from
+// memory once.
+bool SharesTokenRows(const internal::HeadView& a, const internal::HeadView& b) {
+  if (a.tq > NarrowMaxRows() || b.tq > NarrowMaxRows()) return false;
+  if (a.tk != b.tk || a.spans != b.spans || a.span_count != b.span_count ||
+      a.span_shift != b.span_shift || a.k_type != b.k_type || a.v_type != b.v_type ||
+      a.k_stride != b.k_stride || a.v_stride != b.v_stride) {
+    return false;
+  }
+  const int64_t k_row = internal::BytesOf(a.k_type, a.k_stride);
+  const int64_t v_row = internal::BytesOf(a.v_type, a.v_stride);
+  const int64_t k_gap = static_cast<const char*>(b.k) - static_cast<const char*>(a.k);
+  const int64_t v_gap = static_cast<const char*>(b.v) - static_cast<const char*>(a.v);
+  return 0 <= k_gap && k_gap < k_row && 0 <= v_gap && v_gap < v_row;
+}
+
+// Views 0 .. count - 1 (view(i) makes view i) in order; runs of up to
+// kNarrowMaxInterleavedViews narrow views sharing token rows with the run's
+// first go through NarrowHeads, the others one at a time.
+template <class MakeView>
+void RunViews(int64_t count, const MakeView& view, const Tiles& tiles,
+              StreamingScratch& scratch) {
+  internal::HeadView run[kNarrowMaxInterleavedViews];
+  NarrowScratch* scratches[kNarrowMaxInterleavedViews];
+  for (int64_t i = 0; i < count;) {
+    run[0] = view(i);
+    int64_t n = 1;
+    while (n < kNarrowMaxInterleavedViews && i + n < count) {
+      run[n] = view(i + n);
+      if (!SharesTokenRows(run[0], run[n])) break;
+      ++n;
+    }
+    if (n == 1) {
+      StreamingHead(run[0], tiles, scratch);
+    } else {
+      for (int64_t j = 0; j < n; ++j) scratches[j] = &scratch.narrow(j);
+      NarrowHeads(run, n, tiles, scratches);
+    }
+    i += n;
+  }
+}
+
 void StreamingAttentionImpl(const Problem& p, const internal::RunConfig& config) {
   // Kept per thread across calls: short problems (T = 128 is ~80 us) would
   // otherwise spend a visible share in allocation. O(tile) memory per thread.
   thread_local StreamingScratch scratch;
   const internal::HeadViews views(p);
-  for (int64_t i = 0; i < views.size(); ++i) StreamingHead(views[i], config.tiles, scratch);
+  RunViews(views.size(), [&](int64_t i) { return views[i]; }, config.tiles, scratch);
 }
 
-// The same on a problem of one batch entry and one kv head whose keys are
-// `spans` (kernel.h KeySpan; p.k and p.v are not read): one dispatch for
-// the whole key list, however many pages it has.
+// The same on a problem of one batch entry whose keys are `spans` (kernel.h
+// KeySpan, the rows of kv head 0; p.k and p.v are not read, but their head
+// strides place the other kv heads' rows): one dispatch for the whole key
+// list, however many pages it has.
 void StreamingSpansAttentionImpl(const Problem& p, const internal::KeySpan* spans,
                                  int64_t span_count, const internal::RunConfig& config) {
   thread_local StreamingScratch scratch;
   const internal::HeadViews views(p);
-  for (int64_t i = 0; i < views.size(); ++i) {
-    internal::HeadView view = views[i];
-    view.spans = spans;
-    view.span_count = span_count;
-    StreamingHead(view, config.tiles, scratch);
-  }
+  RunViews(
+      views.size(),
+      [&](int64_t i) {
+        internal::HeadView view = views[i];
+        view.spans = spans;
+        view.span_count = span_count;
+        view.span_k_bytes = static_cast<const char*>(view.k) - static_cast<const char*>(p.k.data);
+        view.span_v_bytes = static_cast<const char*>(view.v) - static_cast<const char*>(p.v.data);
+        return view;
+      },
+      config.tiles, scratch);
 }
 
 }  // namespace HWY_NAMESPACE
