@@ -3,7 +3,7 @@
 # kernel. Not run by .ci/run (each builds the library once more); see
 # docs/reliability.md.
 #
-#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8] [--keep]  (default: tail)
+#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads] [--keep]  (default: tail)
 #
 # tail    .ci/planted/tail-off-by-one.patch (issue 7): the tail block of
 #         ForEachRowBlock (kernels/common/microkernels-inl.h) gets one row
@@ -66,6 +66,12 @@
 #         applies each K block's scale to the row's next block. Release
 #         build; tests/q8_test (Q8Kernels, every target) must fail on the
 #         decode shapes with d >= 64.
+# heads   .ci/planted/heads-v-offset-dropped.patch (issue 26): the streaming
+#         kernel's span entry point (kernels/streaming/streaming.cc) gives
+#         every kv head's view kv head 0's V rows of each page, so token-
+#         major pages, whose kv heads run in one call, mix the wrong heads.
+#         Release build; tests/paged_test (float64 bound on every variant
+#         and target, and the token-major / head-major bits) must fail.
 #
 # Each: copies the committed tree (git archive HEAD) to a temporary
 # directory, applies the patch there (never to the tree), builds the one
@@ -81,8 +87,8 @@ keep=0
 for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
-    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8) case=$arg ;;
-    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8] [--keep]" >&2; exit 2 ;;
+    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads) case=$arg ;;
+    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads] [--keep]" >&2; exit 2 ;;
   esac
 done
 configure=(-DCMAKE_BUILD_TYPE=Release)  # the README's build, unless the case says otherwise
@@ -106,6 +112,7 @@ case "$case" in
   modifier) patch=.ci/planted/window-off-by-one.patch test=modifiers_test filter='Modifiers.EveryKernelAndTargetIsWithinTheNaiveBound' ;;
   split) patch=.ci/planted/panel-split-off-by-one.patch test=modifiers_test filter='Modifiers.EveryKernelAndTargetIsWithinTheNaiveBound' ;;
   q8) patch=.ci/planted/q8-scale-neighbour.patch test=q8_test filter='Combos/Q8Kernels.*' ;;
+  heads) patch=.ci/planted/heads-v-offset-dropped.patch test=paged_test filter='Cases/PagedTest.*:Paged.TokenMajor*' ;;
   arm)
     patch=.ci/planted/fp16-sign-dropped.patch test=dtype_test filter='*'
     # Relative: cmake finds it in the copied source tree.
