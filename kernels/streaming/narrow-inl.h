@@ -337,9 +337,10 @@ HWY_INLINE int64_t KeyPrefetchDistance(DType k_type) {
 // those keys are: in the run being scored or in a later one (a page further
 // on: with 16-token pages of a 16-bit K, 32 keys ahead is two pages on).
 // Requesting only the next run's first keys at the start of each run, as
-// the q8_0 path still does, left paged decode with 16- and 128-token pages
-// at 0.62-0.65 and 0.85-0.90 of the contiguous layout's rate; this, 0.68-
-// 0.75 and 0.91-0.96 (AMD EPYC Zen 5, docs/serving.md).
+// the q8_0 path still does, left paged decode (kv heads side by side) with
+// 16- and 128-token pages at 0.57-0.69 and 0.85-0.93 of the contiguous
+// layout's rate; this, 0.65-0.75 and 0.91-0.96 (AMD EPYC Zen 5, builds
+// alternated, attn-bench serving/decode_step; docs/serving.md).
 class KeyPrefetcher {
  public:
   KeyPrefetcher(const internal::HeadView& h, int64_t key_end)
