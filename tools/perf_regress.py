@@ -50,8 +50,12 @@ COMPARED banner, and the baseline it made is written OUTSIDE the source tree
 binary, i.e. in the build folder), marked provisional, with the commands to
 commit one printed. Later runs on that machine compare against the
 provisional file and say so. A run never writes into bench/baselines/
-unless asked to (--update-baseline, --adopt): CI checks that a run leaves
-its clone's git status clean.
+unless asked to (--update-baseline, --adopt, --add-rows): CI checks that a
+run leaves its clone's git status clean. When the subset gains a row, a
+machine of each kind adds it to its kind's baseline with --add-rows, the
+other rows untouched; a committed baseline no machine of its kind has done
+that for lists the row in "rows_not_measured", and runs of that kind show it
+as new, ungated.
 
 Exit status: 0 no regression, or no baseline for this kind (said loudly, a
 provisional baseline written outside the tree); 1 regression; 2 usage or
@@ -60,6 +64,7 @@ attn-bench failure, or a --baseline file of another kind.
   tools/perf_regress.py --bench build/bench/attn-bench            # check
   tools/perf_regress.py --bench build/bench/attn-bench --update-baseline
   tools/perf_regress.py --adopt build/bench/perf_regress/KIND.json  # commit a provisional one
+  tools/perf_regress.py --bench build/bench/attn-bench --add-rows  # rows new to the subset
   ATTN_BENCH_SLOWDOWN=2 tools/perf_regress.py ...                  # must fail
 
 Standard library only, so CI needs nothing beyond python3.
@@ -96,6 +101,10 @@ GATED_KERNELS = ["naive", "blocked", "streaming", "parallel", "auto"]
 # code that afternoon got 7.6 GB/s whenever the host's other tenants held the
 # L3: a 49% "regression" with no code change that failed CI in 2 of 3 runs.
 DECODE = "decode/Hq:32/Hkv:8/Tk:32768/d:128"
+# The same step over a 16-bit (f16) and an 8-bit (q8_0) cache: the widening
+# and the dequantising run inside the kernels' inner loops, so a slowdown of
+# either shows only in these rows (128 and 68 MiB, still from memory).
+DECODE_CACHES = ["", "/kv:f16", "/kv:q8_0"]
 
 
 def subset():
@@ -107,8 +116,9 @@ def subset():
         if s.startswith("T:2048"):
             for k in ("parallel", "auto", "blas"):
                 rows.append((f"{k}/{s}/threads:2", False, s, k, 2))
-    for k in ("streaming", "auto"):
-        rows.append((f"{k}/{DECODE}/threads:1", True, DECODE, k, 1))
+    for cache in DECODE_CACHES:
+        for k in ("streaming", "auto"):
+            rows.append((f"{k}/{DECODE}{cache}/threads:1", True, DECODE + cache, k, 1))
     return rows
 
 
@@ -148,7 +158,7 @@ def run_bench(bench, min_time, slowdown_env, repetitions=5):
     figs = {}
     for name, gated, shape, kernel, threads in rows:
         b = by_name[name]
-        if shape == DECODE:
+        if shape.startswith(DECODE):
             f = {"gated": gated, "bw_frac": b["bw_frac"], "GFLOPS": b["GFLOPS"]}
             figs[name] = f
             continue
@@ -203,6 +213,8 @@ def print_table(run, cmp, base, threshold, verdicts=None):
                 cells.append(f"{'-':>17}")
         if c.get("new"):
             status = "new (not in baseline)"
+            if name in base.get("rows_not_measured", {}):
+                status = "new (not yet measured on this kind: --add-rows)"
         elif not c["gated"]:
             status = "info" + (" (down)" if c["regressed"] else "")
         elif verdicts is not None and name in verdicts:
@@ -315,6 +327,10 @@ def main():
     ap.add_argument("--update-baseline", action="store_true",
                     help="measure --runs times and write the per-figure median as the baseline "
                          "of this CPU kind")
+    ap.add_argument("--add-rows", action="store_true",
+                    help="measure --runs times and add to this CPU kind's committed baseline "
+                         "the subset's rows it lacks (a row added to the subset after the "
+                         "baseline was made), leaving its other rows as they are")
     ap.add_argument("--runs", type=int, default=3,
                     help="runs for a baseline (--update-baseline, or a kind with none)")
     ap.add_argument("--json", help="also write this run's figures here")
@@ -331,7 +347,7 @@ def main():
     how_args = (f"--runs {a.runs} --min-time {a.min_time} --repetitions {a.repetitions}")
     cpuinfo = read_cpuinfo(a.cpuinfo)
 
-    if a.update_baseline and slow not in (None, "", "1"):
+    if (a.update_baseline or a.add_rows) and slow not in (None, "", "1"):
         print("perf_regress: refusing to write a baseline with ATTN_BENCH_SLOWDOWN set",
               file=sys.stderr)
         return 2
@@ -359,6 +375,9 @@ def main():
             print(f"perf_regress: baseline run {i + 1}/{a.runs} ...", file=sys.stderr)
             runs.append(run_bench(a.bench, a.min_time, None, a.repetitions))
         return runs
+
+    if a.add_rows:
+        return add_rows(a, run, ident, path, shown, baseline_runs, how_args, load_before)
 
     if a.update_baseline:
         try:
@@ -463,6 +482,54 @@ def main():
     print(f"perf_regress: {len(gated) - len(failed)} gated rows within threshold, "
           f"{len(failed)} regressed; {len(runs_cmp)} run(s), {time.time() - t_start:.0f} s")
     return 1 if failed else 0
+
+
+def add_rows(a, run, ident, path, shown, baseline_runs, how_args, load_before):
+    """--add-rows: the baseline at `path` gains the median figures of the
+    subset rows it lacks, over --runs runs; its other rows, its "made" and
+    its "how" stay as they were, and "rows_added" records when and how the
+    new ones were measured. The rows it lacks are the ones the subset gained
+    after the baseline was made: until a machine of the kind measures them,
+    its baseline lists them in "rows_not_measured" and runs show them as
+    new, never gated."""
+    try:
+        with open(path) as f:
+            base = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"perf_regress: --add-rows needs this kind's baseline {shown}: {e}",
+              file=sys.stderr)
+        return 2
+    if base.get("kind") != ident["kind"]:
+        print(f"perf_regress: {shown} is a baseline of {base.get('kind')}, this run is "
+              f"{ident['kind']}: not comparable", file=sys.stderr)
+        return 2
+    missing = [r[0] for r in subset() if r[0] not in base["rows"]]
+    if not missing:
+        print(f"perf_regress: {shown} already has every row of the subset; nothing added")
+        return 0
+    try:
+        new = make_baseline(baseline_runs(), ident, "--add-rows " + how_args, load_before)
+    except RuntimeError as e:
+        print(f"perf_regress: {e}", file=sys.stderr)
+        return 2
+    for name in missing:
+        base["rows"][name] = new["rows"][name]
+    pending = base.get("rows_not_measured", {})
+    for name in missing:
+        pending.pop(name, None)
+    if pending:
+        base["rows_not_measured"] = pending
+    else:
+        base.pop("rows_not_measured", None)
+    base.setdefault("rows_added", []).append(
+        {"made": new["made"], "load_average": new["load_average"], "how": new["how"],
+         "model": ident["model"], "model_name": ident["model_name"], "rows": missing})
+    order = [r[0] for r in subset()]
+    base["rows"] = {n: base["rows"][n] for n in order if n in base["rows"]}
+    write_baseline(path, base)
+    print(f"perf_regress: added {len(missing)} row(s) to {shown} for {describe(ident)}: "
+          + ", ".join(missing))
+    return 0
 
 
 def default_provisional_dir(bench):

@@ -148,6 +148,45 @@ class Flow(unittest.TestCase):
             self.assertNotIn("provisional", json.load(f))
         self.assertNotIn("PROVISIONAL", self.run_tool("amd", "AVX2").stdout)
 
+    def test_add_rows_measures_only_the_rows_a_baseline_lacks(self):
+        self.assertEqual(self.run_tool("amd", "AVX2", None, "--update-baseline").returncode, 0)
+        path = os.path.join(self.baselines, "AuthenticAMD-family25-AVX2.json")
+        with open(path) as f:
+            base = json.load(f)
+        # The baseline as it was before the subset gained the f16 decode rows.
+        new = [n for n in base["rows"] if "/kv:f16/" in n]
+        self.assertEqual(len(new), 2)
+        for n in new:
+            del base["rows"][n]
+        base["rows_not_measured"] = {n: "added after this baseline" for n in new}
+        kept = dict(base["rows"])
+        kept["streaming/T:512/d:64/causal:0/threads:1"]["peak_frac"] = 0.123  # marks "untouched"
+        with open(path, "w") as f:
+            json.dump(base, f)
+        # Runs show the missing rows as new, never gated; the rest is checked.
+        check = self.run_tool("amd", "AVX2", "2")
+        self.assertEqual(check.returncode, 1, check.stdout)
+        for n in new:
+            self.assertRegex(check.stdout, re.escape(n) + r" .*new \(not yet measured on this kind")
+            self.assertNotRegex(check.stdout, re.escape(n) + r" .*REGRESSED")
+        add = self.run_tool("amd", "AVX2", None, "--add-rows")
+        self.assertEqual(add.returncode, 0, add.stdout + add.stderr)
+        with open(path) as f:
+            after = json.load(f)
+        self.assertEqual(set(after["rows"]), {r[0] for r in perf_regress.subset()})
+        self.assertNotIn("rows_not_measured", after)
+        self.assertEqual(after["rows_added"][-1]["rows"], new)
+        self.assertEqual(after["made"], base["made"])
+        for n, figs in kept.items():
+            self.assertEqual(after["rows"][n], figs, n)
+        # Now gated: a slowed run fails them too.
+        slow = self.run_tool("amd", "AVX2", "2")
+        for n in new:
+            self.assertRegex(slow.stdout, re.escape(n) + r" .*REGRESSED")
+        # Nothing left to add: nothing written.
+        again = self.run_tool("amd", "AVX2", None, "--add-rows")
+        self.assertIn("nothing added", again.stdout)
+
     def test_adopt_commits_a_provisional_baseline_unmarked(self):
         self.assertEqual(self.run_tool("amd", "AVX2").returncode, 0)
         provisional = os.path.join(self.provisional, "AuthenticAMD-family25-AVX2.json")
@@ -258,7 +297,14 @@ class Committed(unittest.TestCase):
             self.assertEqual(name, base["kind"], path)
             self.assertEqual(name, f"{base['vendor']}-family{base['family']}-{base['target']}")
             self.assertTrue(re.match(r"\d{4}-\d\d-\d\d", base["made"]), path)
-            self.assertEqual(set(base["rows"]), rows, path)
+            # A row the subset gained after the baseline was made is either
+            # measured on the kind (--add-rows) or listed as not measured
+            # with the reason, never silently missing.
+            pending = base.get("rows_not_measured", {})
+            self.assertEqual(set(base["rows"]) | set(pending), rows, path)
+            self.assertFalse(set(base["rows"]) & set(pending), path)
+            for name, why in pending.items():
+                self.assertTrue(why.strip(), f"{path}: {name} has no reason")
             self.assertFalse(base.get("provisional"), path + " is a provisional baseline")
 
 
