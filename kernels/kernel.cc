@@ -29,7 +29,7 @@ HeadView HeadView::Keys(int64_t begin, int64_t end) const {
   return view;
 }
 
-HeadView MakeHeadView(const Problem& p, int64_t b, int64_t h) {
+HeadView MakeHeadView(const Problem& p, int64_t b, int64_t h, int64_t diag_shift) {
   const int64_t group = p.q_heads / p.kv_heads;
   const int64_t kv_h = h / group;
   HeadView view;
@@ -64,7 +64,7 @@ HeadView MakeHeadView(const Problem& p, int64_t b, int64_t h) {
     case Causal::kBottomRight: view.causal_offset = p.kv_len - p.q_len; break;
     case Causal::kTopLeft: view.causal_offset = 0; break;
   }
-  view.diag_offset = p.causal == Causal::kTopLeft ? 0 : p.kv_len - p.q_len;
+  view.diag_offset = (p.causal == Causal::kTopLeft ? 0 : p.kv_len - p.q_len) + diag_shift;
   view.window_left = p.window.left;
   view.window_right = p.window.right;
   view.softcap = p.softcap;
@@ -73,7 +73,7 @@ HeadView MakeHeadView(const Problem& p, int64_t b, int64_t h) {
   return view;
 }
 
-HeadViews::HeadViews(const Problem& p) : problem_(&p) {
+HeadViews::HeadViews(const Problem& p, int64_t diag_shift) : problem_(&p), diag_shift_(diag_shift) {
   const int64_t group = p.q_heads / p.kv_heads;
   // Top-left causal at T_q = 1 hides keys >= 1 from the query: rows of a
   // group view would need different limits, so only these two qualify.
@@ -89,11 +89,11 @@ HeadViews::HeadViews(const Problem& p) : problem_(&p) {
 
 HeadView HeadViews::operator[](int64_t index) const {
   const Problem& p = *problem_;
-  if (!grouped_) return MakeHeadView(p, index / p.q_heads, index % p.q_heads);
+  if (!grouped_) return MakeHeadView(p, index / p.q_heads, index % p.q_heads, diag_shift_);
   const int64_t b = index / p.kv_heads, kv_h = index % p.kv_heads;
   const int64_t group = p.q_heads / p.kv_heads;
   // Row r of the view is query head kv_h * group + r (its only query row).
-  HeadView view = MakeHeadView(p, b, kv_h * group);
+  HeadView view = MakeHeadView(p, b, kv_h * group, diag_shift_);
   view.tq = group;
   view.q_stride = p.q.head_stride;
   view.out_stride = p.out.head_stride;
@@ -104,6 +104,6 @@ HeadView HeadViews::operator[](int64_t index) const {
   return view;
 }
 
-int64_t WorkItems(const Problem& problem) { return HeadViews(problem).size(); }
+int64_t WorkItems(const Problem& problem) { return HeadViews(problem, 0).size(); }
 
 }  // namespace attn::internal

@@ -137,8 +137,9 @@ struct HeadView {
 };
 
 // The (batch b, query head h) view of a validated problem. GQA maps query
-// head h to key/value head h / (q_heads / kv_heads).
-HeadView MakeHeadView(const Problem& p, int64_t b, int64_t h);
+// head h to key/value head h / (q_heads / kv_heads). diag_shift
+// (RunConfig::diag_shift) moves every row's diagonal key by that many keys.
+HeadView MakeHeadView(const Problem& p, int64_t b, int64_t h, int64_t diag_shift);
 
 // The independent units of work of a validated problem, as views: one per
 // (batch, query head); or, for grouped-query decode (T_q = 1, query heads
@@ -148,7 +149,8 @@ HeadView MakeHeadView(const Problem& p, int64_t b, int64_t h);
 // per query head: decode is bound by reading K and V, and GQA divides that.
 class HeadViews {
  public:
-  explicit HeadViews(const Problem& problem);
+  // diag_shift: RunConfig::diag_shift of the call.
+  HeadViews(const Problem& problem, int64_t diag_shift);
   int64_t size() const { return count_; }
   HeadView operator[](int64_t index) const;
   bool grouped() const { return grouped_; }
@@ -156,6 +158,7 @@ class HeadViews {
 
  private:
   const Problem* problem_;
+  int64_t diag_shift_;
   bool grouped_;
   int64_t count_, rows_;
 };
@@ -177,6 +180,12 @@ struct RunConfig {
   Tiles tiles;
   int threads = 1;
   DotPath dot_path = DotPath::kWiden;
+  // Added to every row's diagonal key (attn.h "Score modifiers": the window
+  // and ALiBi positions), which the problem's causal alignment puts at
+  // i + T_k - T_q or i. 0 for attention(); the serving executor runs
+  // sub-problems over a sequence's key and row ranges whose diagonals are
+  // the sequence's, not the sub-problem's own.
+  int64_t diag_shift = 0;
 };
 
 // Every kernel: computes the whole (validated) problem.

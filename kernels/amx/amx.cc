@@ -100,7 +100,7 @@ ParallelTarget AmxTarget(bool hardware) { return HWY_DYNAMIC_DISPATCH(AmxTargetI
 
 void AmxStreamingAttention(const Problem& p, const RunConfig& config, bool hardware) {
   const ParallelTarget target = AmxTarget(hardware);
-  const HeadViews views(p);
+  const HeadViews views(p, config.diag_shift);
   for (int64_t i = 0; i < views.size(); ++i) target.run_view(views[i], config.tiles);
 }
 }  // namespace internal

@@ -97,7 +97,7 @@ ParallelTarget Bf16DotTarget(bool hardware) {
 
 void Bf16DotStreamingAttention(const Problem& p, const RunConfig& config, bool hardware) {
   const ParallelTarget target = Bf16DotTarget(hardware);
-  const HeadViews views(p);
+  const HeadViews views(p, config.diag_shift);
   for (int64_t i = 0; i < views.size(); ++i) target.run_view(views[i], config.tiles);
 }
 }  // namespace internal

@@ -120,10 +120,10 @@ void NaiveHead(const HeadView& h, NaiveScratch& scratch) {
 
 }  // namespace
 
-void NaiveAttention(const Problem& p, const RunConfig&) {
+void NaiveAttention(const Problem& p, const RunConfig& config) {
   NaiveScratch scratch;
   for (int64_t b = 0; b < p.batch; ++b) {
-    for (int64_t h = 0; h < p.q_heads; ++h) NaiveHead(MakeHeadView(p, b, h), scratch);
+    for (int64_t h = 0; h < p.q_heads; ++h) NaiveHead(MakeHeadView(p, b, h, config.diag_shift), scratch);
   }
 }
 

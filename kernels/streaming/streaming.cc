@@ -63,7 +63,7 @@ void StreamingAttentionImpl(const Problem& p, const internal::RunConfig& config)
   // Kept per thread across calls: short problems (T = 128 is ~80 us) would
   // otherwise spend a visible share in allocation. O(tile) memory per thread.
   thread_local StreamingScratch scratch;
-  const internal::HeadViews views(p);
+  const internal::HeadViews views(p, config.diag_shift);
   RunViews(views.size(), [&](int64_t i) { return views[i]; }, config.tiles, scratch);
 }
 
@@ -74,7 +74,7 @@ void StreamingAttentionImpl(const Problem& p, const internal::RunConfig& config)
 void StreamingSpansAttentionImpl(const Problem& p, const internal::KeySpan* spans,
                                  int64_t span_count, const internal::RunConfig& config) {
   thread_local StreamingScratch scratch;
-  const internal::HeadViews views(p);
+  const internal::HeadViews views(p, config.diag_shift);
   RunViews(
       views.size(),
       [&](int64_t i) {
