@@ -112,6 +112,8 @@ void PagedAttention(const PagedProblem& p, const Options& options) {
          "is not taken by PagedAttention (it would copy the whole pool; keep the pool in bf16)");
   }
   internal::CheckServingShape(p.batch, p.q_heads, p.kv_heads, p.head_dim, p.value_dim, p.scale);
+  internal::CheckServingModifiers(p.batch, p.q_heads, p.window, p.softcap, p.alibi_slopes,
+                                  p.sinks);
   const int64_t d = p.head_dim, dv = p.ValueDim(), bs = p.block_size;
   RequirePositive("num_blocks", p.num_blocks);
   RequirePositive("block_size", p.block_size);
@@ -232,6 +234,11 @@ void PagedAttention(const PagedProblem& p, const Options& options) {
   batch.out_head = p.out.head_stride;
   batch.lse_row = p.lse.token_stride;
   batch.lse_head = p.lse.head_stride;
+  batch.window = p.window;
+  batch.softcap = p.softcap;
+  batch.alibi = p.alibi_slopes.data;
+  batch.alibi_batch_stride = p.alibi_slopes.batch_stride;
+  batch.sinks = p.sinks.data;
   batch.key_granule = bs;
   // Consecutive blocks n, n + 1 continue each other's keys when a block is
   // exactly block_size rows (dense pools): such runs are one segment.

@@ -78,6 +78,7 @@ struct Piece {
   size_t seq = 0;
   int64_t r0 = 0, r1 = 0;  // query rows
   bool causal = false;     // bottom-right rows (else every key visible)
+  int64_t key_begin = 0;   // keys before it no row sees (a window's left end)
   int64_t key_end = 0;     // keys the piece's last row sees
   int parts = 1;
   // Its items run every kv head in one kernel call (kv heads whose rows
@@ -153,6 +154,33 @@ void AccumulateRows(int64_t rows, int64_t dv, const float* part, const float* pa
   }
 }
 
+// acc = merge(acc, a part with output 0 and lse `sink`), as AccumulateRows
+// (a sink is a key of value 0): rows with lse -inf get output 0 and lse
+// sink; a sink of -inf changes nothing.
+void AddSink(int64_t rows, int64_t dv, float sink, float* acc, float* acc_lse) {
+  if (sink == kNegInf) return;
+  for (int64_t i = 0; i < rows; ++i) {
+    float* a = acc + i * dv;
+    const float la = acc_lse[i];
+    if (std::isnan(la) || la == -kNegInf) {
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      std::fill(a, a + dv, nan);
+      acc_lse[i] = nan;
+      continue;
+    }
+    if (la == kNegInf) {
+      std::fill(a, a + dv, 0.0f);
+      acc_lse[i] = sink;
+      continue;
+    }
+    const float m = std::max(la, sink);
+    const float wa = std::exp(la - m), ws = std::exp(sink - m), total = wa + ws;
+    const float ca = wa / total;
+    for (int64_t c = 0; c < dv; ++c) a[c] *= ca;
+    acc_lse[i] = m + std::log(total);
+  }
+}
+
 class Runner {
  public:
   Runner(const ServingBatch& b, const Options& o) : b_(b), o_(o) {}
@@ -193,7 +221,8 @@ class Runner {
       for (int64_t h = 0; h < b_.q_heads; ++h) {
         void* o = ElementOffset(s.out, b_.out_type, r * b_.out_row + h * b_.out_head);
         for (int64_t c = 0; c < b_.dv; ++c) StoreElement(o, b_.out_type, c, 0.0f);
-        if (s.lse) s.lse[r * b_.lse_row + h * b_.lse_head] = kNegInf;
+        // A sink is the one "key" a row that sees none still has.
+        if (s.lse) s.lse[r * b_.lse_row + h * b_.lse_head] = b_.sinks ? b_.sinks[h] : kNegInf;
       }
     }
   }
@@ -242,7 +271,9 @@ class Runner {
     p.causal = causal;
     const int64_t tk = b_.seqs[seq].tk;
     p.key_end = causal ? off + r1 : tk;
+    p.key_begin = KeyBegin(p);
     p.work = causal ? CausalPairs(r0, r1, off) : double(r1 - r0) * double(tk);
+    p.work = std::min(p.work, double(r1 - r0) * double(p.key_end - p.key_begin));
     // Views of few rows (the streaming kernel's narrow path: half a panel)
     // are what NarrowHeads walks side by side.
     p.all_heads = heads_share_rows_ && r1 - r0 <= PanelWidth() / 2;
@@ -252,6 +283,20 @@ class Runner {
   int64_t Offset(const Piece& p) const {
     const ServingSeq& s = b_.seqs[p.seq];
     return b_.causal == Causal::kBottomRight ? s.tk - s.tq : 0;
+  }
+
+  // Row i's diagonal key minus i (attn.h "Score modifiers"), in the
+  // sequence's keys.
+  int64_t DiagOffset(const ServingSeq& s) const {
+    return b_.causal == Causal::kTopLeft ? 0 : s.tk - s.tq;
+  }
+
+  // The first key the piece's first row (and so any of its rows) can see:
+  // its window's left end, 0 without one.
+  int64_t KeyBegin(const Piece& p) const {
+    if (b_.window.left < 0) return 0;
+    const ServingSeq& s = b_.seqs[p.seq];
+    return std::clamp<int64_t>(p.r0 + DiagOffset(s) - b_.window.left, 0, p.key_end);
   }
 
   // attention()'s rule: threads for a threaded kernel; for auto only when
@@ -299,8 +344,11 @@ class Runner {
         q.r0 = r;
         q.r1 = std::min(p.r1, r + block_rows);
         q.key_end = p.causal ? off + q.r1 : p.key_end;
+        q.key_begin = KeyBegin(q);
         q.work = p.causal ? CausalPairs(q.r0, q.r1, off) : double(q.r1 - q.r0) * double(p.key_end);
-        const int64_t max_parts = std::max<int64_t>(1, q.key_end / kMinPartKeys);
+        q.work = std::min(q.work, double(q.r1 - q.r0) * double(q.key_end - q.key_begin));
+        const int64_t max_parts =
+            std::max<int64_t>(1, (q.key_end - q.key_begin) / kMinPartKeys);
         const double item_work = q.work * double(q.all_heads ? b_.kv_heads : 1);
         q.parts = int(std::clamp<int64_t>(int64_t(std::ceil(item_work / target)), 1,
                                           std::min<int64_t>(max_parts, kMaxKvSplits)));
@@ -324,6 +372,8 @@ class Runner {
     dense.k.dtype = b_.k_type;
     dense.v.dtype = b_.v_type;
     dense.out.dtype = b_.out_type;
+    dense.window = b_.window;  // a tuning key's field
+    dense.softcap = b_.softcap;
     for (Piece& p : pieces_) {
       dense.q_len = p.r1 - p.r0;
       dense.kv_len = p.key_end;
@@ -409,10 +459,12 @@ class Runner {
   // The batch-1 sub-problem of rows [a, b) (of the sequence), kv heads
   // [g, g + heads), keys [k0, k1) whose first K and V rows (kv head g) are
   // at k and v, writing rows' results at `dest` (its row 0 = sequence row
-  // a, its head 0 = kv head g's first query head).
+  // a, its head 0 = kv head g's first query head). The score modifiers
+  // are the sequence's (with Config's diag_shift), the sinks only with
+  // `sinks` (one sub-problem of each row carries them).
   Problem SubProblem(const Piece& p, int64_t g, int64_t heads, const void* k, const void* v,
                      int64_t a, int64_t b, int64_t k0, int64_t k1, bool causal,
-                     const Dest& dest) const {
+                     const Dest& dest, bool sinks) const {
     const ServingSeq& s = b_.seqs[p.seq];
     Problem sub;
     sub.q_heads = group_ * heads;
@@ -429,14 +481,25 @@ class Runner {
     sub.v = {v, 0, b_.v_head, b_.v_row, b_.v_type};
     sub.out = {dest.out, 0, dest.head, dest.row, dest.type};
     sub.lse = {dest.lse, 0, dest.lse_head, dest.lse_row};
+    sub.window = b_.window;
+    sub.softcap = b_.softcap;
+    if (b_.alibi) {
+      sub.alibi_slopes = {b_.alibi + int64_t(p.seq) * b_.alibi_batch_stride + g * group_, 0};
+    }
+    if (sinks && b_.sinks) sub.sinks = {b_.sinks + g * group_, sub.q_heads};
     return sub;
   }
 
-  RunConfig Config(const Piece& p) const {
+  // The kernel call's configuration for rows [a, b) over keys [k0, k1) of
+  // the sequence: diag_shift moves the sub-problem's diagonal (key
+  // i + (k1 - k0) - (b - a) for its row i) to the sequence's (key
+  // a + i + DiagOffset - k0 in the sub-problem's keys).
+  RunConfig Config(const Piece& p, int64_t b, int64_t k1) const {
     RunConfig config;
     config.tiles = p.tiles;
     config.threads = 1;
     config.dot_path = p.dot_path;
+    config.diag_shift = DiagOffset(b_.seqs[p.seq]) + b - k1;
     return config;
   }
 
@@ -444,18 +507,20 @@ class Runner {
   // [k0, k1) of segment `seg`, writing rows' results at `dest` (its row 0 =
   // sequence row a).
   void RunStep(const Piece& p, int64_t g, int64_t heads, const KeySegment& seg, int64_t a,
-               int64_t b, int64_t k0, int64_t k1, bool causal, const Dest& dest) const {
+               int64_t b, int64_t k0, int64_t k1, bool causal, const Dest& dest,
+               bool sinks) const {
     const int64_t key = k0 - seg.begin;
     const void* k = ElementOffset(seg.k, b_.k_type, key * b_.k_row + g * b_.k_head);
     const void* v = ElementOffset(seg.v, b_.v_type, key * b_.v_row + g * b_.v_head);
-    p.impl->run(SubProblem(p, g, heads, k, v, a, b, k0, k1, causal, dest), Config(p));
+    p.impl->run(SubProblem(p, g, heads, k, v, a, b, k0, k1, causal, dest, sinks),
+                Config(p, b, k1));
   }
 
   // The same over keys [k0, k1) of every segment of the sequence, in one
   // call of the kernel's span entry point (KernelImpl::run_spans): the
   // kernel's tiles follow the segments, one online softmax across them.
   void RunSpansStep(const Piece& p, int64_t g, int64_t heads, int64_t a, int64_t b, int64_t k0,
-                    int64_t k1, bool causal, const Dest& dest) const {
+                    int64_t k1, bool causal, const Dest& dest, bool sinks) const {
     const ServingSeq& s = b_.seqs[p.seq];
     thread_local std::vector<KeySpan> spans;
     spans.clear();
@@ -469,8 +534,8 @@ class Runner {
                        ElementOffset(seg.v, b_.v_type, key * b_.v_row + g * b_.v_head)});
     }
     p.impl->run_spans(
-        SubProblem(p, g, heads, spans[0].k, spans[0].v, a, b, k0, k1, causal, dest),
-        spans.data(), int64_t(spans.size()), Config(p));
+        SubProblem(p, g, heads, spans[0].k, spans[0].v, a, b, k0, k1, causal, dest, sinks),
+        spans.data(), int64_t(spans.size()), Config(p, b, k1));
   }
 
   // One item: the piece's rows, its kv head (or every kv head), keys of
@@ -491,12 +556,14 @@ class Runner {
     const ServingSeq& s = b_.seqs[p.seq];
     const int64_t rows = p.r1 - p.r0, dv = b_.dv;
     const int64_t off = Offset(p);
-    // The part's keys, on granule (page) boundaries.
-    const int64_t granules = (p.key_end + b_.key_granule - 1) / b_.key_granule;
-    const int64_t pk0 =
-        std::min(p.key_end, granules * item.part / p.parts * b_.key_granule);
-    const int64_t pk1 =
-        std::min(p.key_end, granules * (item.part + 1) / p.parts * b_.key_granule);
+    // The part's keys, on granule (page) boundaries, from the granule
+    // holding the piece's first visible key.
+    const int64_t first = p.key_begin / b_.key_granule;
+    const int64_t granules = (p.key_end + b_.key_granule - 1) / b_.key_granule - first;
+    const int64_t pk0 = std::clamp((first + granules * item.part / p.parts) * b_.key_granule,
+                                   p.key_begin, p.key_end);
+    const int64_t pk1 = std::min(
+        p.key_end, (first + granules * (item.part + 1) / p.parts) * b_.key_granule);
     const Dest target = p.parts > 1 ? PartialDest(p, g, item.part) : FinalDest(p, g);
 
     // The steps: (rows [a, b), keys [k0, k1), causal) per segment; with a
@@ -527,23 +594,27 @@ class Runner {
       if (bb < p.r1) steps.push_back({si, bb, p.r1, k0, k1, false});
     };
     if (spans) {
-      add_steps(kSpans, 0, s.tk);
+      add_steps(kSpans, 0, s.tk);  // [pk0, pk1) of it
     } else {
       for (size_t si = s.seg_begin; si < s.seg_end; ++si) {
         add_steps(si, b_.segments[si].begin, b_.segments[si].end);
       }
     }
 
-    auto run = [&](const Step& st, int64_t n_heads, const Dest& dest) {
+    auto run = [&](const Step& st, int64_t n_heads, const Dest& dest, bool sinks) {
       if (st.seg == kSpans) {
-        RunSpansStep(p, g, n_heads, st.a, st.b, st.k0, st.k1, st.causal, dest);
+        RunSpansStep(p, g, n_heads, st.a, st.b, st.k0, st.k1, st.causal, dest, sinks);
       } else {
-        RunStep(p, g, n_heads, b_.segments[st.seg], st.a, st.b, st.k0, st.k1, st.causal, dest);
+        RunStep(p, g, n_heads, b_.segments[st.seg], st.a, st.b, st.k0, st.k1, st.causal, dest,
+                sinks);
       }
     };
     auto covers = [&](const Step& st) { return st.a == p.r0 && st.b == p.r1; };
+    // The sinks join part 0 of each piece, once per row (attn.h: exactly
+    // one part of a split may carry them).
+    const bool sinks = b_.sinks && item.part == 0;
     if (steps.size() == 1 && covers(steps[0])) {
-      run(steps[0], heads, target);
+      run(steps[0], heads, target, sinks);
       return;
     }
     if (heads > 1) {
@@ -569,20 +640,27 @@ class Runner {
     for (const Step& st : steps) {
       const int64_t n = st.b - st.a;
       if (empty && covers(st)) {
-        run(st, 1, acc);
+        run(st, 1, acc, false);
         empty = false;
         continue;
       }
       float* so = step_buf.data();
       float* sl = so + group_ * n * dv;
       const Dest sd{so, DType::kF32, dv, n * dv, sl, 1, n};
-      run(st, 1, sd);
+      run(st, 1, sd, false);
       for (int64_t h = 0; h < group_; ++h) {
         AccumulateRows(n, dv, so + h * n * dv, sl + h * n,
                        acc_out + h * rows * dv + (st.a - p.r0) * dv,
                        acc.lse + h * rows + (st.a - p.r0));
       }
       empty = false;
+    }
+    // The sinks, merged in as one more part of output 0 (rows no step
+    // reached have lse -inf and get output 0, lse = sink).
+    if (sinks) {
+      for (int64_t h = 0; h < group_; ++h) {
+        AddSink(rows, dv, b_.sinks[g * group_ + h], acc_out + h * rows * dv, acc.lse + h * rows);
+      }
     }
     if (p.parts > 1) return;  // the partial slot holds the result
     // A row no step reached saw no key (lse -inf): the merge of that one

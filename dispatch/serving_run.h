@@ -39,6 +39,15 @@ struct ServingBatch {
   // Element strides between rows (tokens) and heads.
   int64_t q_row = 0, q_head = 0, k_row = 0, k_head = 0, v_row = 0, v_head = 0;
   int64_t out_row = 0, out_head = 0, lse_row = 0, lse_head = 0;
+  // Score modifiers (attn.h "Score modifiers"), per sequence: row i's
+  // diagonal key is i + T_k - T_q (kNone, kBottomRight) or i (kTopLeft) of
+  // its own lengths. ALiBi: sequence b, query head h's slope is
+  // alibi[b * alibi_batch_stride + h]; sinks: [q_heads] (null: none).
+  Window window;
+  float softcap = 0.0f;
+  const float* alibi = nullptr;
+  int64_t alibi_batch_stride = 0;
+  const float* sinks = nullptr;
   // Key-range splits for threads fall on multiples of this (the page size:
   // a page is never cut into two kernel calls).
   int64_t key_granule = 1;

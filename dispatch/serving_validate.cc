@@ -47,6 +47,18 @@ StridedView CheckPacked(const std::string& name, const PackedTensor& t, int64_t 
   return CheckTypedStrides(name, t.data, 3, extents, strides, kNames, t.dtype);
 }
 
+void CheckServingModifiers(int64_t batch, int64_t q_heads, const Window& window, float softcap,
+                           const AlibiSlopes& alibi_slopes, const SinkLogits& sinks) {
+  Problem p;
+  p.batch = batch;
+  p.q_heads = q_heads;
+  p.window = window;
+  p.softcap = softcap;
+  p.alibi_slopes = alibi_slopes;
+  p.sinks = sinks;
+  ValidateScoreModifiers(p);
+}
+
 StridedView CheckPackedLse(const std::string& name, const PackedLse& lse, int64_t tokens,
                            int64_t heads) {
   StridedView empty;

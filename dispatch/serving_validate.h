@@ -27,6 +27,10 @@ std::vector<int64_t> CheckOffsets(const char* name, const int32_t* cu, int64_t b
 // blocks; without, q8_0 is an error (Q, O).
 StridedView CheckPacked(const std::string& name, const PackedTensor& t, int64_t tokens,
                         int64_t heads, int64_t cols, const char* cols_field = nullptr);
+// The score modifier fields (attn.h), as attn::attention checks them, with
+// `batch` sequences for the ALiBi slopes' batch stride.
+void CheckServingModifiers(int64_t batch, int64_t q_heads, const Window& window, float softcap,
+                           const AlibiSlopes& alibi_slopes, const SinkLogits& sinks);
 // The float32 lse [tokens, heads].
 StridedView CheckPackedLse(const std::string& name, const PackedLse& lse, int64_t tokens,
                            int64_t heads);

@@ -88,5 +88,8 @@ void RequireDisjoint(const StridedView& output, const StridedView& input, bool a
 // options. Reads no tensor data and writes nothing.
 void Validate(const Problem& problem);
 void ValidateOptions(const Options& options);
+// The score modifier fields alone (window, softcap, sinks, alibi_slopes of
+// p.batch x p.q_heads); the serving calls check theirs with it.
+void ValidateScoreModifiers(const Problem& p);
 
 }  // namespace attn::internal

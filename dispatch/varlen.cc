@@ -63,6 +63,8 @@ void VarlenAttention(const VarlenProblem& p, const Options& options) {
   const std::vector<int64_t> cu_k = internal::CheckOffsets("cu_seqlens_k", p.cu_seqlens_k, p.batch);
   CheckMaxLen("max_seqlen_q", p.max_seqlen_q, cu_q, "cu_seqlens_q");
   CheckMaxLen("max_seqlen_k", p.max_seqlen_k, cu_k, "cu_seqlens_k");
+  internal::CheckServingModifiers(p.batch, p.q_heads, p.window, p.softcap, p.alibi_slopes,
+                                  p.sinks);
   const int64_t total_q = cu_q.back(), total_k = cu_k.back();
 
   const StridedView q = internal::CheckPacked("q", p.q, total_q, p.q_heads, d);
@@ -120,6 +122,11 @@ void VarlenAttention(const VarlenProblem& p, const Options& options) {
   b.out_head = p.out.head_stride;
   b.lse_row = p.lse.token_stride;
   b.lse_head = p.lse.head_stride;
+  b.window = p.window;
+  b.softcap = p.softcap;
+  b.alibi = p.alibi_slopes.data;
+  b.alibi_batch_stride = p.alibi_slopes.batch_stride;
+  b.sinks = p.sinks.data;
   b.seqs.resize(size_t(p.batch));
   b.segments.reserve(size_t(p.batch));
   for (int64_t i = 0; i < p.batch; ++i) {

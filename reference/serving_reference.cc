@@ -48,12 +48,26 @@ void Store(const Result& r, int64_t q0, int64_t tq, int64_t heads, int64_t dv,
     }
 }
 
-void StoreEmpty(int64_t q0, int64_t tq, int64_t heads, int64_t dv, PackedResult& into) {
+// A sequence with no keys: output 0; lse -inf, or the sink's logit (the
+// only key of the normaliser).
+void StoreEmpty(int64_t q0, int64_t tq, int64_t heads, int64_t dv, const SinkLogits& sinks,
+                PackedResult& into) {
   for (int64_t i = 0; i < tq; ++i)
     for (int64_t h = 0; h < heads; ++h) {
       for (int64_t c = 0; c < dv; ++c) into.out[size_t(((q0 + i) * heads + h) * dv + c)] = 0.0;
-      into.lse[size_t((q0 + i) * heads + h)] = -std::numeric_limits<double>::infinity();
+      into.lse[size_t((q0 + i) * heads + h)] =
+          sinks.data ? double(sinks.data[h]) : -std::numeric_limits<double>::infinity();
     }
+}
+
+// Sequence b's score modifiers on its dense problem (one batch entry, so
+// sequence b's ALiBi slopes start the slope array).
+void SetModifiers(const Window& window, float softcap, const AlibiSlopes& alibi,
+                  const SinkLogits& sinks, int64_t b, Problem& dense) {
+  dense.window = window;
+  dense.softcap = softcap;
+  if (alibi.data) dense.alibi_slopes = {alibi.data + b * alibi.batch_stride, 0};
+  dense.sinks = sinks;
 }
 
 Problem DenseOf(int64_t q_heads, int64_t kv_heads, int64_t d, int64_t dv,
@@ -72,31 +86,50 @@ Problem DenseOf(int64_t q_heads, int64_t kv_heads, int64_t d, int64_t dv,
 
 }  // namespace
 
-PackedResult VarlenAttention(const VarlenProblem& p) {
-  const int64_t dv = p.ValueDim();
-  const int64_t total_q = p.cu_seqlens_q[p.batch];
-  PackedResult r;
-  r.out.assign(size_t(total_q * p.q_heads * dv), 0.0);
-  r.lse.assign(size_t(total_q * p.q_heads), 0.0);
+void ForEachSequence(const VarlenProblem& p, const SequenceVisitor& fn) {
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t q0 = p.cu_seqlens_q[b], tq = p.cu_seqlens_q[b + 1] - q0;
     const int64_t k0 = p.cu_seqlens_k[b], tk = p.cu_seqlens_k[b + 1] - k0;
-    if (tq == 0) continue;
-    if (tk == 0) {
-      StoreEmpty(q0, tq, p.q_heads, dv, r);
-      continue;
-    }
+    if (tq == 0 || tk == 0) continue;
     // The packed rows are a dense problem through strides: no copy needed.
-    Problem dense = DenseOf(p.q_heads, p.kv_heads, p.head_dim, dv, p.scale, p.causal, tq, tk);
+    Problem dense =
+        DenseOf(p.q_heads, p.kv_heads, p.head_dim, p.ValueDim(), p.scale, p.causal, tq, tk);
+    SetModifiers(p.window, p.softcap, p.alibi_slopes, p.sinks, b, dense);
     dense.q = {At(p.q.data, p.q.dtype, q0 * p.q.token_stride), 0, p.q.head_stride,
                p.q.token_stride, p.q.dtype};
     dense.k = {At(p.k.data, p.k.dtype, k0 * p.k.token_stride), 0, p.k.head_stride,
                p.k.token_stride, p.k.dtype};
     dense.v = {At(p.v.data, p.v.dtype, k0 * p.v.token_stride), 0, p.v.head_stride,
                p.v.token_stride, p.v.dtype};
-    Store(Attention(dense), q0, tq, p.q_heads, dv, r);
+    fn(b, q0, dense);
   }
+}
+
+// The result of each sequence's dense problem at its packed rows; 0 and
+// lse -inf (or the sinks) for a sequence with queries but no keys.
+template <class ServingProblem>
+PackedResult PackedFromSequences(const ServingProblem& p, const std::vector<int64_t>& cu_q,
+                    const std::vector<int64_t>& tk) {
+  const int64_t dv = p.ValueDim();
+  const int64_t total_q = cu_q.back();
+  PackedResult r;
+  r.out.assign(size_t(total_q * p.q_heads * dv), 0.0);
+  r.lse.assign(size_t(total_q * p.q_heads), 0.0);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t q0 = cu_q[size_t(b)], tq = cu_q[size_t(b) + 1] - q0;
+    if (tq > 0 && tk[size_t(b)] == 0) StoreEmpty(q0, tq, p.q_heads, dv, p.sinks, r);
+  }
+  ForEachSequence(p, [&](int64_t, int64_t q0, const Problem& dense) {
+    Store(Attention(dense), q0, dense.q_len, p.q_heads, dv, r);
+  });
   return r;
+}
+
+PackedResult VarlenAttention(const VarlenProblem& p) {
+  std::vector<int64_t> cu_q(size_t(p.batch) + 1), tk(size_t(p.batch));
+  for (int64_t b = 0; b <= p.batch; ++b) cu_q[size_t(b)] = p.cu_seqlens_q[b];
+  for (int64_t b = 0; b < p.batch; ++b) tk[size_t(b)] = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
+  return PackedFromSequences(p, cu_q, tk);
 }
 
 std::vector<float> GatherPagedKeys(const PagedProblem& p, int64_t b, bool values) {
@@ -137,31 +170,36 @@ std::vector<float> GatherPagedKeys(const PagedProblem& p, int64_t b, bool values
   return keys;
 }
 
-PackedResult PagedAttention(const PagedProblem& p) {
-  const int64_t dv = p.ValueDim();
+// Sequence b's keys: cached plus new.
+int64_t PagedKeys(const PagedProblem& p, const std::vector<int64_t>& cu_new, int64_t b) {
+  return p.cache_seqlens[b] + cu_new[size_t(b) + 1] - cu_new[size_t(b)];
+}
+
+void ForEachSequence(const PagedProblem& p, const SequenceVisitor& fn) {
   const std::vector<int64_t> cu_q = Offsets(p.cu_seqlens_q, p.q_len, p.batch);
   const std::vector<int64_t> cu_new = Offsets(p.cu_seqlens_new, p.new_len, p.batch);
-  const int64_t total_q = cu_q.back();
-  PackedResult r;
-  r.out.assign(size_t(total_q * p.q_heads * dv), 0.0);
-  r.lse.assign(size_t(total_q * p.q_heads), 0.0);
   for (int64_t b = 0; b < p.batch; ++b) {
     const int64_t q0 = cu_q[size_t(b)], tq = cu_q[size_t(b) + 1] - q0;
-    const int64_t tk = p.cache_seqlens[b] + cu_new[size_t(b) + 1] - cu_new[size_t(b)];
-    if (tq == 0) continue;
-    if (tk == 0) {
-      StoreEmpty(q0, tq, p.q_heads, dv, r);
-      continue;
-    }
+    const int64_t tk = PagedKeys(p, cu_new, b);
+    if (tq == 0 || tk == 0) continue;
     const std::vector<float> k = GatherPagedKeys(p, b, false), v = GatherPagedKeys(p, b, true);
-    Problem dense = DenseOf(p.q_heads, p.kv_heads, p.head_dim, dv, p.scale, p.causal, tq, tk);
+    Problem dense =
+        DenseOf(p.q_heads, p.kv_heads, p.head_dim, p.ValueDim(), p.scale, p.causal, tq, tk);
+    SetModifiers(p.window, p.softcap, p.alibi_slopes, p.sinks, b, dense);
     dense.q = {At(p.q.data, p.q.dtype, q0 * p.q.token_stride), 0, p.q.head_stride,
                p.q.token_stride, p.q.dtype};
     dense.k = DenseBTHD(k.data(), p.kv_heads, tk, p.head_dim);
-    dense.v = DenseBTHD(v.data(), p.kv_heads, tk, dv);
-    Store(Attention(dense), q0, tq, p.q_heads, dv, r);
+    dense.v = DenseBTHD(v.data(), p.kv_heads, tk, p.ValueDim());
+    fn(b, q0, dense);
   }
-  return r;
+}
+
+PackedResult PagedAttention(const PagedProblem& p) {
+  const std::vector<int64_t> cu_q = Offsets(p.cu_seqlens_q, p.q_len, p.batch);
+  const std::vector<int64_t> cu_new = Offsets(p.cu_seqlens_new, p.new_len, p.batch);
+  std::vector<int64_t> tk(size_t(p.batch));
+  for (int64_t b = 0; b < p.batch; ++b) tk[size_t(b)] = PagedKeys(p, cu_new, b);
+  return PackedFromSequences(p, cu_q, tk);
 }
 
 }  // namespace attn::reference

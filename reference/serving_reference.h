@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "attn/attn.h"
@@ -26,6 +27,16 @@ PackedResult VarlenAttention(const VarlenProblem& problem);
 // below cache_seqlens[b] come from the pages, the rest from k_new / v_new
 // rounded to the pool's dtype (as the append stores them).
 PackedResult PagedAttention(const PagedProblem& problem);
+
+// Calls fn(b, q0, dense) for each sequence b with queries and keys: dense
+// is the batch-1 problem the reference computes for it (q, k, v, lengths,
+// causal, scale and score modifiers set; out and lse not), q0 its first
+// packed query row. Its tensors live until fn returns. The tests run the
+// naive kernel on these problems: its own error, measured outside the
+// serving executor, is the yardstick of every serving call.
+using SequenceVisitor = std::function<void(int64_t b, int64_t q0, const Problem& dense)>;
+void ForEachSequence(const VarlenProblem& problem, const SequenceVisitor& fn);
+void ForEachSequence(const PagedProblem& problem, const SequenceVisitor& fn);
 
 // Sequence b's T_k keys after the append, gathered dense [T_k][kv_heads][cols]
 // as floats (exact: every pool value is a float); `values` selects V.

@@ -5,7 +5,9 @@
 // consecutive block tables, pages shared by two sequences (prefix caching,
 // read-only), appends of new tokens (decode and chunked prefill) with the
 // pool checked afterwards, empty sequences, GQA, bf16 / f16 pools, every
-// causal alignment, lse; the bound failing for a wrong table (two entries
+// causal alignment, lse, the score modifiers per sequence (sliding-window
+// decode with sinks, a window split over threads, softcap, ALiBi); the
+// bound failing for a wrong table (two entries
 // swapped, one index off by one); and every invalid field named, with
 // nothing written (output, lse or pool).
 #include <gtest/gtest.h>
@@ -40,6 +42,7 @@ struct PagedCase {
         out_type = DType::kF32;
   bool shuffle = true;        // blocks in random order (else consecutive: one segment per run)
   bool share_prefix = false;  // sequence 1 reads sequence 0's first full pages
+  ServingModifiers mods;
   uint64_t seed = 1;
 };
 void PrintTo(const PagedCase& c, std::ostream* os) { *os << c.name; }
@@ -57,6 +60,7 @@ struct OwnedPaged {
   Buffer k_pool, v_pool, k_new, v_new, q, out;
   Buffer k_after, v_after;  // the pools as the append must leave them
   std::vector<float> lse;
+  ServingModifierArrays mod_arrays;
   PagedProblem p;
 
   void Clear() {
@@ -162,6 +166,7 @@ void MakePaged(const PagedCase& c, OwnedPaged& o) {
   p.out = {o.out.data(), c.q_heads * dv, dv, c.out_type};
   p.lse = {o.lse.data(), c.q_heads, 1};
   p.causal = c.causal;
+  o.mod_arrays.Apply(c.mods, p.batch, c.q_heads, c.seed, p);
 }
 
 // Every V value the call reads (gathered), for the bound's floor.
@@ -209,6 +214,7 @@ TEST_P(PagedTest, EveryVariantOnEveryTargetIsWithinTheBound) {
         }
         return e;
       },
+      DenseNaiveErrors(o.p, ref),
       [&](const Errors& naive) {
         return PackedBound(naive, ref, all_v, o.p.ValueDim(), o.c.out_type, all_bf16);
       });
@@ -364,6 +370,77 @@ std::vector<PagedCase> Cases() {
     c.d = 64;
     add(c);
   }
+  // Score modifiers, each sequence on its own lengths.
+  using Alibi = ServingModifiers::Alibi;
+  {
+    // Sliding-window decode with sinks (gpt-oss's layers) and ALiBi: the
+    // window's first key mid page; a sequence of one key.
+    PagedCase c;
+    c.name = "decode_window_sinks_alibi";
+    c.cached = {300, 40, 129, 0};
+    c.fresh = {1, 1, 1, 1};
+    c.mods.window = {127, 0};
+    c.mods.sinks = true;
+    c.mods.alibi = Alibi::kPerSequence;  // distances from the sequence's last key, page by page
+    add(c);
+  }
+  {
+    // One long sequence's window (keys 4010..12000, from mid page) split
+    // into parts over threads (~4 MFLOP), sinks in part 0 only, per-sequence
+    // slopes (each part's ALiBi distances are from the sequence's diagonal).
+    PagedCase c;
+    c.name = "long_window_sinks_alibi_split";
+    c.cached = {12000, 3, 50, 0};
+    c.fresh = {1, 1, 1, 1};
+    c.q_heads = 2;
+    c.kv_heads = 1;
+    c.d = 64;
+    c.mods.window = {7990, 0};
+    c.mods.sinks = true;
+    c.mods.alibi = Alibi::kPerSequence;
+    add(c);
+  }
+  {
+    PagedCase c;  // chunked prefill over big pages: window, softcap, shared slopes
+    c.name = "bs128_chunked_prefill_window_softcap_alibi";
+    c.block_size = 128;
+    c.shuffle = false;
+    c.cached = {300, 5};
+    c.fresh = {20, 3};
+    c.tq = {20, 3};
+    c.mods.window = {50, 0};
+    c.mods.softcap = 0.3f;
+    c.mods.alibi = Alibi::kShared;
+    add(c);
+  }
+  {
+    // The span path from a window's first key (mid page, mid tile).
+    PagedCase c;
+    c.name = "decode_gqa4_d128_bs16_window_sinks";
+    c.cached = {1000, 256, 31, 1999, 17};
+    c.fresh = {1, 1, 1, 1, 0};
+    c.q_heads = 16;
+    c.kv_heads = 4;
+    c.d = 128;
+    c.pool_type = DType::kBF16;
+    c.mods.window = {200, 0};
+    c.mods.sinks = true;
+    add(c);
+  }
+  {
+    // One token per page; a sequence without keys and rows a window of 1
+    // leaves without keys: output 0, lse sink[h]. Top-left diagonals.
+    PagedCase c;
+    c.name = "bs1_topleft_window_sinks_empty";
+    c.block_size = 1;
+    c.cached = {5, 9, 0};
+    c.fresh = {2, 0, 0};
+    c.tq = {2, 1, 3};
+    c.causal = Causal::kTopLeft;
+    c.mods.window = {1, -1};
+    c.mods.sinks = true;
+    add(c);
+  }
   return cases;
 }
 
@@ -389,6 +466,7 @@ TEST(Paged, AllBf16OnEveryDotPath) {
     const std::vector<float> all_v = AllV(o);
     ExpectServingVariantsWithinBound(
         [&](const Options& options) { return RunPaged(o, ref, options); },
+        DenseNaiveErrors(o.p, ref),
         [&](const Errors& naive) {
           return PackedBound(naive, ref, all_v, o.p.ValueDim(), c.out_type, true);
         },
@@ -407,56 +485,65 @@ TEST(Paged, AllBf16OnEveryDotPath) {
 // decode and for a few causal rows; and both are within the float64 bound
 // (EveryVariantOnEveryTargetIsWithinTheBound runs token-major pages).
 TEST(Paged, TokenMajorPagesGiveTheBitsOfHeadMajorPages) {
-  PagedCase c;
-  c.name = "token_major";
-  c.cached = {200, 33, 1, 70};
-  c.fresh = {0, 0, 0, 0};
-  c.tq = {1, 3, 1, 2};
-  c.q_heads = 18;
-  c.kv_heads = 9;
-  c.pool_type = DType::kBF16;
-  OwnedPaged o;
-  MakePaged(c, o);
-  const int64_t bs = c.block_size, d = c.d, h = c.kv_heads;
-  Buffer k_heads = o.k_pool, v_heads = o.v_pool;
-  for (int64_t n = 0; n < o.num_blocks; ++n) {
-    for (int64_t slot = 0; slot < bs; ++slot) {
-      for (int64_t g = 0; g < h; ++g) {
-        for (int64_t i = 0; i < d; ++i) {
-          const size_t token_major = size_t(((n * bs + slot) * h + g) * d + i);
-          const size_t head_major = size_t(((n * h + g) * bs + slot) * d + i);
-          k_heads.Set(head_major, o.k_pool.Get(token_major));
-          v_heads.Set(head_major, o.v_pool.Get(token_major));
+  for (bool modifiers : {false, true}) {
+    SCOPED_TRACE(modifiers ? "window, softcap, slopes, sinks" : "no modifiers");
+    PagedCase c;
+    c.name = "token_major";
+    c.cached = {200, 33, 1, 70};
+    c.fresh = {0, 0, 0, 0};
+    c.tq = {1, 3, 1, 2};
+    c.q_heads = 18;
+    c.kv_heads = 9;
+    c.pool_type = DType::kBF16;
+    if (modifiers) {
+      c.mods.window = {40, 0};
+      c.mods.softcap = 0.3f;
+      c.mods.alibi = ServingModifiers::Alibi::kPerSequence;
+      c.mods.sinks = true;
+    }
+    OwnedPaged o;
+    MakePaged(c, o);
+    const int64_t bs = c.block_size, d = c.d, h = c.kv_heads;
+    Buffer k_heads = o.k_pool, v_heads = o.v_pool;
+    for (int64_t n = 0; n < o.num_blocks; ++n) {
+      for (int64_t slot = 0; slot < bs; ++slot) {
+        for (int64_t g = 0; g < h; ++g) {
+          for (int64_t i = 0; i < d; ++i) {
+            const size_t token_major = size_t(((n * bs + slot) * h + g) * d + i);
+            const size_t head_major = size_t(((n * h + g) * bs + slot) * d + i);
+            k_heads.Set(head_major, o.k_pool.Get(token_major));
+            v_heads.Set(head_major, o.v_pool.Get(token_major));
+          }
         }
       }
     }
-  }
-  PagedProblem heads = o.p;
-  heads.k_cache = {k_heads.data(), bs * h * d, d, bs * d, c.pool_type};
-  heads.v_cache = {v_heads.data(), bs * h * d, d, bs * d, c.pool_type};
-  for (const std::string& target : SupportedTargets()) {
-    ForceTarget(target);
-    for (KernelId kernel : {KernelId::kStreaming, KernelId::kParallel}) {
-      for (int threads : {1, 2}) {
-        SCOPED_TRACE(target + " kernel " + std::to_string(int(kernel)) + " threads " +
-                     std::to_string(threads));
-        Options options;
-        options.kernel = kernel;
-        options.threads = threads;
-        o.Clear();
-        PagedAttention(heads, options);
-        const Buffer out_heads = o.out;
-        const std::vector<float> lse_heads = o.lse;
-        o.Clear();
-        PagedAttention(o.p, options);
-        EXPECT_TRUE(SameBits(o.out, out_heads));
-        EXPECT_EQ(std::memcmp(o.lse.data(), lse_heads.data(), o.lse.size() * sizeof(float)), 0);
-        // Rows were written (the sentinel is gone).
-        EXPECT_NE(o.lse[0], kServingSentinel);
+    PagedProblem heads = o.p;
+    heads.k_cache = {k_heads.data(), bs * h * d, d, bs * d, c.pool_type};
+    heads.v_cache = {v_heads.data(), bs * h * d, d, bs * d, c.pool_type};
+    for (const std::string& target : SupportedTargets()) {
+      ForceTarget(target);
+      for (KernelId kernel : {KernelId::kStreaming, KernelId::kParallel}) {
+        for (int threads : {1, 2}) {
+          SCOPED_TRACE(target + " kernel " + std::to_string(int(kernel)) + " threads " +
+                       std::to_string(threads));
+          Options options;
+          options.kernel = kernel;
+          options.threads = threads;
+          o.Clear();
+          PagedAttention(heads, options);
+          const Buffer out_heads = o.out;
+          const std::vector<float> lse_heads = o.lse;
+          o.Clear();
+          PagedAttention(o.p, options);
+          EXPECT_TRUE(SameBits(o.out, out_heads));
+          EXPECT_EQ(std::memcmp(o.lse.data(), lse_heads.data(), o.lse.size() * sizeof(float)), 0);
+          // Rows were written (the sentinel is gone).
+          EXPECT_NE(o.lse[0], kServingSentinel);
+        }
       }
     }
+    ForceTarget("auto");
   }
-  ForceTarget("auto");
 }
 
 // The bound sees a wrong block table: two entries swapped, or one page's
@@ -471,9 +558,7 @@ TEST(Paged, BoundFailsForASwappedOrOffByOneBlockTable) {
   OwnedPaged o;
   MakePaged(c, o);
   const reference::PackedResult ref = reference::PagedAttention(o.p);
-  Options naive;
-  naive.kernel = KernelId::kNaive;
-  const Bound bound = PackedBound(RunPaged(o, ref, naive), ref, AllV(o), o.p.ValueDim(),
+  const Bound bound = PackedBound(DenseNaiveErrors(o.p, ref), ref, AllV(o), o.p.ValueDim(),
                                   c.out_type, false);
   const std::vector<int32_t> right = o.table;
   std::vector<int32_t> swapped = right, off_by_one = right;
@@ -552,6 +637,11 @@ TEST(Paged, ErrorsNameTheFieldAndWriteNothing) {
   expect("lse", "", [&](PagedProblem& p) { p.lse.data = static_cast<float*>(o.k_pool.data()); });
   expect("k_cache", "", [&](PagedProblem& p) { p.k_new.data = o.k_pool.data(); });  // appends over its source
   expect("kv_heads", "3", [](PagedProblem& p) { p.kv_heads = 3; });
+  const float sinks[4] = {0.0f, 0.0f, 0.0f, std::numeric_limits<float>::infinity()};
+  expect("window.left", "-2", [](PagedProblem& p) { p.window.left = -2; });
+  expect("softcap", "inf", [](PagedProblem& p) { p.softcap = std::numeric_limits<float>::infinity(); });
+  expect("sinks.size", "2", [&](PagedProblem& p) { p.sinks = {sinks, 2}; });
+  expect("sinks[3]", "inf", [&](PagedProblem& p) { p.sinks = {sinks, 4}; });
   Options round;
   round.round_inputs_to_bf16 = true;
   expect("round_inputs_to_bf16", "true", [](PagedProblem&) {}, round);

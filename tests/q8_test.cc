@@ -445,6 +445,7 @@ TEST(Q8Serving, VarlenWithQ8KAndV) {
         out_buffer.f = out;
         return PackedErrors(out_buffer, lse, ref);
       },
+      DenseNaiveErrors(p, ref),
       [&](const Errors& naive) { return PackedBound(naive, ref, all_v, dv, kF32, false); });
 }
 
@@ -529,6 +530,7 @@ TEST(Q8Serving, PagedQ8PoolsWithAppend) {
           out_buffer.f = out;
           return PackedErrors(out_buffer, lse, ref);
         },
+        DenseNaiveErrors(p, ref),
         [&](const Errors& naive) { return PackedBound(naive, ref, all_v, dv, kF32, false); },
         /*extra_threads=*/0);
     // A new value that cannot be quantised: named, and nothing written.

@@ -29,6 +29,7 @@ struct VarlenCase {
   DType q_type = DType::kF32, k_type = DType::kF32, v_type = DType::kF32,
         out_type = DType::kF32;
   int64_t token_pad = 0;  // extra elements after each packed q/k/v token
+  ServingModifiers mods;
   uint64_t seed = 1;
 };
 void PrintTo(const VarlenCase& c, std::ostream* os) { *os << c.name; }
@@ -38,6 +39,7 @@ struct OwnedVarlen {
   std::vector<int32_t> cu_q, cu_k;
   Buffer q, k, v, out;
   std::vector<float> lse;
+  ServingModifierArrays mod_arrays;
   VarlenProblem p;
 
   void Clear() {
@@ -82,6 +84,7 @@ void MakeVarlen(const VarlenCase& c, OwnedVarlen& o) {
   p.out = {o.out.data(), c.q_heads * dv, dv, c.out_type};
   p.lse = {o.lse.data(), c.q_heads, 1};
   p.causal = c.causal;
+  o.mod_arrays.Apply(c.mods, p.batch, c.q_heads, c.seed, p);
 }
 
 // Every V value any sequence can read (for the bound's floor).
@@ -112,6 +115,7 @@ TEST_P(VarlenTest, EveryVariantOnEveryTargetIsWithinTheBound) {
   const int64_t dv = o.p.ValueDim();
   ExpectServingVariantsWithinBound(
       [&](const Options& options) { return RunVarlen(o, ref, options); },
+      DenseNaiveErrors(o.p, ref),
       [&](const Errors& naive) {
         return PackedBound(naive, ref, AllV(o), dv, o.c.out_type, AllBf16(o.c));
       });
@@ -198,6 +202,100 @@ std::vector<VarlenCase> Cases() {
     c.d = 64;
     add(c);
   }
+  // Score modifiers, each sequence on its own lengths (its diagonal, its
+  // window, its ALiBi distances; the sinks in every row's normaliser).
+  using Alibi = ServingModifiers::Alibi;
+  for (Causal causal : {Causal::kNone, Causal::kBottomRight, Causal::kTopLeft}) {
+    VarlenCase c;  // a two-sided window (its right side only matters without causal)
+    c.name = "window_ragged_causal" + std::to_string(int(causal));
+    c.tq = tq;
+    c.tk = tk;
+    c.dv = 16;
+    c.causal = causal;
+    c.mods.window = {6, 2};
+    add(c);
+  }
+  {
+    VarlenCase c;  // soft-capping (scaled scores reach ~1: 0.25 bends them) and shared slopes
+    c.name = "softcap_alibi_shared";
+    c.tq = tq;
+    c.tk = tk;
+    c.causal = Causal::kNone;
+    c.mods.softcap = 0.25f;
+    c.mods.alibi = Alibi::kShared;
+    add(c);
+  }
+  {
+    VarlenCase c;  // per-sequence slopes, top-left diagonals
+    c.name = "alibi_per_sequence_topleft";
+    c.tq = tq;
+    c.tk = tk;
+    c.causal = Causal::kTopLeft;
+    c.mods.alibi = Alibi::kPerSequence;
+    add(c);
+  }
+  {
+    // Sinks: a sequence without keys and bottom-right rows that see none
+    // (T_q > T_k; and rows a window of 3 leaves without keys) get output
+    // 0 and lse sink[h].
+    VarlenCase c;
+    c.name = "sinks_window_masked_rows";
+    c.tq = tq;
+    c.tk = tk;
+    c.mods.window = {3, -1};
+    c.mods.sinks = true;
+    add(c);
+  }
+  {
+    // A sliding window over one long sequence next to short ones: with
+    // threads its ~6000 visible keys (from key 2191, not a part boundary)
+    // are split into parts, the sinks joining part 0 only.
+    VarlenCase c;
+    c.name = "long_window_sinks_alibi_split";
+    c.tq = {1, 1, 2, 1, 1};
+    c.tk = {8192, 3, 5, 1, 20};
+    c.q_heads = 2;
+    c.kv_heads = 1;
+    c.d = 64;
+    c.mods.window = {6000, 0};
+    c.mods.sinks = true;
+    c.mods.alibi = Alibi::kPerSequence;
+    add(c);
+  }
+  {
+    // Chunked prefill with a window: the row blocks of the long piece each
+    // start at their own first visible key.
+    VarlenCase c;
+    c.name = "prefill_window_softcap_sinks";
+    c.tq = {300, 1, 1, 40};
+    c.tk = {700, 50, 900, 40};
+    c.q_heads = 2;
+    c.kv_heads = 2;
+    c.d = 64;
+    c.mods.window = {100, 0};
+    c.mods.softcap = 0.3f;
+    c.mods.sinks = true;
+    add(c);
+    // The same without causal, a two-sided window and per-sequence slopes:
+    // each row block's diagonal is the sequence's, not its own block's.
+    c.name = "prefill_two_sided_window_alibi_no_causal";
+    c.causal = Causal::kNone;
+    c.mods.window = {100, 20};
+    c.mods.alibi = ServingModifiers::Alibi::kPerSequence;
+    add(c);
+  }
+  {
+    VarlenCase c;  // every modifier at once, all bf16
+    c.name = "ragged_bf16_every_modifier";
+    c.tq = tq;
+    c.tk = tk;
+    c.q_type = c.k_type = c.v_type = c.out_type = DType::kBF16;
+    c.mods.window = {20, 1};
+    c.mods.softcap = 0.25f;
+    c.mods.alibi = Alibi::kPerSequence;
+    c.mods.sinks = true;
+    add(c);
+  }
   return cases;
 }
 
@@ -206,48 +304,99 @@ INSTANTIATE_TEST_SUITE_P(Cases, VarlenTest, ::testing::ValuesIn(Cases()),
 
 // On one thread each sequence runs as its own dense problem would, with the
 // same kernel and tiles: the varlen call equals a loop of dense
-// attn::attention calls on the packed rows bit for bit.
+// attn::attention calls on the packed rows bit for bit; with the score
+// modifiers too (each dense call given its sequence's slopes), those that
+// leave every key tile where the dense call has it: softcap, ALiBi, sinks
+// and a window's right side. (A window's left side starts the varlen
+// call's keys at the first visible one, so its tiles, and the rounding of
+// its sums, differ from a dense call's: the float64 cases check it.)
 TEST(Varlen, EqualsALoopOfDenseCallsBitForBit) {
+  for (bool modifiers : {false, true}) {
+    VarlenCase c;
+    c.name = "loop";
+    c.tq = {5, 1, 37, 64, 3};
+    c.tk = {9, 200, 37, 70, 1};
+    c.dv = 16;
+    if (modifiers) {
+      c.causal = Causal::kNone;
+      c.mods.window = {-1, 3};
+      c.mods.softcap = 0.25f;
+      c.mods.alibi = ServingModifiers::Alibi::kPerSequence;
+      c.mods.sinks = true;
+    }
+    OwnedVarlen o;
+    MakeVarlen(c, o);
+    const int64_t dv = 16;
+    for (KernelId kernel : {KernelId::kStreaming, KernelId::kBlocked, KernelId::kNaive}) {
+      SCOPED_TRACE(std::string(KernelName(kernel)) + (modifiers ? " modifiers" : ""));
+      Options options;
+      options.kernel = kernel;
+      options.threads = 1;
+      o.Clear();
+      VarlenAttention(o.p, options);
+      const Buffer got = o.out;
+      const std::vector<float> got_lse = o.lse;
+      o.Clear();
+      for (size_t b = 0; b < c.tq.size(); ++b) {
+        Problem dense;
+        dense.q_heads = c.q_heads;
+        dense.kv_heads = c.kv_heads;
+        dense.head_dim = c.d;
+        dense.value_dim = dv;
+        dense.q_len = c.tq[b];
+        dense.kv_len = c.tk[b];
+        dense.causal = c.causal;
+        dense.window = o.p.window;
+        dense.softcap = o.p.softcap;
+        dense.sinks = o.p.sinks;
+        if (o.p.alibi_slopes.data) {
+          dense.alibi_slopes = {o.p.alibi_slopes.data + int64_t(b) * o.p.alibi_slopes.batch_stride,
+                                0};
+        }
+        const int64_t q0 = o.cu_q[b], k0 = o.cu_k[b];
+        dense.q = {static_cast<const float*>(o.p.q.data) + q0 * o.p.q.token_stride, 0,
+                   o.p.q.head_stride, o.p.q.token_stride, DType::kF32};
+        dense.k = {static_cast<const float*>(o.p.k.data) + k0 * o.p.k.token_stride, 0,
+                   o.p.k.head_stride, o.p.k.token_stride, DType::kF32};
+        dense.v = {static_cast<const float*>(o.p.v.data) + k0 * o.p.v.token_stride, 0,
+                   o.p.v.head_stride, o.p.v.token_stride, DType::kF32};
+        dense.out = {o.out.f.data() + q0 * c.q_heads * dv, 0, dv, c.q_heads * dv, DType::kF32};
+        dense.lse = {o.lse.data() + q0 * c.q_heads, 0, 1, c.q_heads};
+        attention(dense, options);
+      }
+      EXPECT_EQ(0, std::memcmp(got.f.data(), o.out.f.data(), got.f.size() * sizeof(float)));
+      EXPECT_EQ(0, std::memcmp(got_lse.data(), o.lse.data(), got_lse.size() * sizeof(float)));
+    }
+  }
+}
+
+// The bound sees a wrong modifier: a window one key narrower than asked,
+// or sequence 0's slopes used for every sequence (a batch stride dropped),
+// for every kernel.
+TEST(Varlen, BoundFailsForAWindowOffByOneOrSlopesOfTheWrongSequence) {
   VarlenCase c;
-  c.name = "loop";
-  c.tq = {5, 1, 37, 64, 3};
-  c.tk = {9, 200, 37, 70, 1};
-  c.dv = 16;
+  c.name = "wrong_modifiers";
+  c.tq = {5, 2, 37, 30, 3};
+  c.tk = {9, 20, 37, 70, 10};
+  c.mods.window = {4, -1};
+  c.mods.alibi = ServingModifiers::Alibi::kPerSequence;
   OwnedVarlen o;
   MakeVarlen(c, o);
-  const int64_t dv = 16;
-  for (KernelId kernel : {KernelId::kStreaming, KernelId::kBlocked, KernelId::kNaive}) {
-    SCOPED_TRACE(KernelName(kernel));
-    Options options;
-    options.kernel = kernel;
-    options.threads = 1;
-    o.Clear();
-    VarlenAttention(o.p, options);
-    const Buffer got = o.out;
-    const std::vector<float> got_lse = o.lse;
-    o.Clear();
-    for (size_t b = 0; b < c.tq.size(); ++b) {
-      Problem dense;
-      dense.q_heads = c.q_heads;
-      dense.kv_heads = c.kv_heads;
-      dense.head_dim = c.d;
-      dense.value_dim = dv;
-      dense.q_len = c.tq[b];
-      dense.kv_len = c.tk[b];
-      dense.causal = c.causal;
-      const int64_t q0 = o.cu_q[b], k0 = o.cu_k[b];
-      dense.q = {static_cast<const float*>(o.p.q.data) + q0 * o.p.q.token_stride, 0,
-                 o.p.q.head_stride, o.p.q.token_stride, DType::kF32};
-      dense.k = {static_cast<const float*>(o.p.k.data) + k0 * o.p.k.token_stride, 0,
-                 o.p.k.head_stride, o.p.k.token_stride, DType::kF32};
-      dense.v = {static_cast<const float*>(o.p.v.data) + k0 * o.p.v.token_stride, 0,
-                 o.p.v.head_stride, o.p.v.token_stride, DType::kF32};
-      dense.out = {o.out.f.data() + q0 * c.q_heads * dv, 0, dv, c.q_heads * dv, DType::kF32};
-      dense.lse = {o.lse.data() + q0 * c.q_heads, 0, 1, c.q_heads};
-      attention(dense, options);
+  const reference::PackedResult ref = reference::VarlenAttention(o.p);
+  const Bound bound =
+      PackedBound(DenseNaiveErrors(o.p, ref), ref, AllV(o), o.p.ValueDim(), c.out_type, false);
+  for (int wrong = 0; wrong < 2; ++wrong) {
+    VarlenProblem given = o.p;
+    if (wrong == 0) o.p.window.left = 3;
+    if (wrong == 1) o.p.alibi_slopes.batch_stride = 0;
+    for (const KernelInfo& k : Kernels()) {
+      Options options;
+      options.kernel = k.id;
+      options.threads = 2;
+      const Errors e = RunVarlen(o, ref, options);
+      EXPECT_GT(e.out, bound.out) << k.name << (wrong == 0 ? " window" : " slopes");
     }
-    EXPECT_EQ(0, std::memcmp(got.f.data(), o.out.f.data(), got.f.size() * sizeof(float)));
-    EXPECT_EQ(0, std::memcmp(got_lse.data(), o.lse.data(), got_lse.size() * sizeof(float)));
+    o.p = given;
   }
 }
 
@@ -263,10 +412,8 @@ TEST(Varlen, BoundFailsForAnOffByOneOffset) {
   OwnedVarlen o;
   MakeVarlen(c, o);
   const reference::PackedResult ref = reference::VarlenAttention(o.p);
-  Options naive;
-  naive.kernel = KernelId::kNaive;
   const Bound bound =
-      PackedBound(RunVarlen(o, ref, naive), ref, AllV(o), o.p.ValueDim(), c.out_type, false);
+      PackedBound(DenseNaiveErrors(o.p, ref), ref, AllV(o), o.p.ValueDim(), c.out_type, false);
   std::vector<int32_t> wrong = o.cu_k;
   wrong[4] -= 1;
   o.p.cu_seqlens_k = wrong.data();
@@ -313,6 +460,14 @@ TEST(Varlen, ErrorsNameTheFieldAndWriteNothing) {
   expect("out", "", [](VarlenProblem& p) { p.out.token_stride = 0; });  // two tokens, one row
   expect("out", "", [&](VarlenProblem& p) { p.out.data = o.q.data(); });  // overlaps q
   expect("lse", "", [&](VarlenProblem& p) { p.lse.data = o.out.f.data(); });  // overlaps out
+  const float nan_sink[4] = {0.0f, std::nanf(""), 0.0f, 0.0f};
+  const float slopes[8] = {0.1f, 0.1f, 0.1f, 0.1f, 0.1f, 0.1f, 0.1f, 0.1f};
+  expect("window.left", "-2", [](VarlenProblem& p) { p.window.left = -2; });
+  expect("window.right", "-3", [](VarlenProblem& p) { p.window.right = -3; });
+  expect("softcap", "-1", [](VarlenProblem& p) { p.softcap = -1.0f; });
+  expect("sinks.size", "3", [&](VarlenProblem& p) { p.sinks = {nan_sink, 3}; });
+  expect("sinks[1]", "nan", [&](VarlenProblem& p) { p.sinks = {nan_sink, 4}; });
+  expect("alibi_slopes.batch_stride", "2", [&](VarlenProblem& p) { p.alibi_slopes = {slopes, 2}; });
   Options bad_threads;
   bad_threads.threads = -1;
   expect("threads", "-1", [](VarlenProblem&) {}, bad_threads);

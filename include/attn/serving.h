@@ -41,6 +41,9 @@
 //   Tiles::q_block and kv_block apply to every kernel call; kv_splits is
 //   not used (the keys are split across the whole batch instead).
 //   Additive masks are not taken (neither FlashAttention call has one).
+// - Score modifiers (window, softcap, alibi_slopes, sinks; attn.h "Score
+//   modifiers") apply per sequence, on its own T_q and T_k, as
+//   attn::attention applies them to one sequence.
 #pragma once
 
 #include <cstdint>
@@ -107,6 +110,18 @@ struct VarlenProblem {
 
   std::optional<float> scale;  // default 1/sqrt(head_dim)
   Causal causal = Causal::kNone;
+
+  // Score modifiers (attn.h "Score modifiers"), per sequence on its own
+  // T_q(b) and T_k(b): row i's diagonal key is i + T_k(b) - T_q(b) (causal
+  // kNone or kBottomRight, FlashAttention's) or i (kTopLeft). window and
+  // softcap as FlashAttention's window_size and softcap; alibi_slopes[b *
+  // batch_stride + h] (b the sequence; batch_stride 0: shared); sinks[h]
+  // one logit per query head joining every row's normaliser (a fully
+  // masked row, T_k(b) = 0 included, gets output 0 and lse sink[h]).
+  Window window;
+  float softcap = 0.0f;
+  AlibiSlopes alibi_slopes;
+  SinkLogits sinks;
 
   int64_t ValueDim() const { return value_dim ? *value_dim : head_dim; }
 };
@@ -189,6 +204,18 @@ struct PagedProblem {
 
   std::optional<float> scale;  // default 1/sqrt(head_dim)
   Causal causal = Causal::kNone;
+
+  // Score modifiers (attn.h "Score modifiers"), per sequence on its own
+  // T_q(b) and T_k(b): row i's diagonal key is i + T_k(b) - T_q(b) (causal
+  // kNone or kBottomRight, FlashAttention's) or i (kTopLeft). window and
+  // softcap as FlashAttention's window_size and softcap; alibi_slopes[b *
+  // batch_stride + h] (b the sequence; batch_stride 0: shared); sinks[h]
+  // one logit per query head joining every row's normaliser (a fully
+  // masked row, T_k(b) = 0 included, gets output 0 and lse sink[h]).
+  Window window;
+  float softcap = 0.0f;
+  AlibiSlopes alibi_slopes;
+  SinkLogits sinks;
 
   int64_t ValueDim() const { return value_dim ? *value_dim : head_dim; }
 };
