@@ -127,6 +127,15 @@ const char* Intern(const std::string& s) {
   return names.insert(s).first->c_str();
 }
 
+// The score modifier fields, which the C problems of the serving calls
+// spell as attn_problem_t does.
+template <class CProblem, class Problem>
+void SetModifiers(const CProblem& cp, Problem& p) {
+  p.window = {cp.window_left, cp.window_right};
+  p.softcap = cp.softcap;
+  p.sinks = {cp.sinks, cp.sinks_size};
+  p.alibi_slopes = {cp.alibi_slopes, cp.alibi_batch_stride};
+}
 }  // namespace
 
 extern "C" {
@@ -194,6 +203,7 @@ void attn_varlen_problem_init(attn_varlen_problem_t* p) {
   p->q_heads = p->kv_heads = 1;
   p->causal = ATTN_CAUSAL_NONE;
   p->lse.head_stride = 1;
+  p->window_left = p->window_right = -1;
 }
 
 void attn_paged_problem_init(attn_paged_problem_t* p) {
@@ -202,6 +212,7 @@ void attn_paged_problem_init(attn_paged_problem_t* p) {
   p->q_heads = p->kv_heads = 1;
   p->causal = ATTN_CAUSAL_NONE;
   p->lse.head_stride = 1;
+  p->window_left = p->window_right = -1;
 }
 
 attn_status_t attn_varlen_attention(const attn_varlen_problem_t* cp, const attn_options_t* co) {
@@ -229,6 +240,7 @@ attn_status_t attn_varlen_attention(const attn_varlen_problem_t* cp, const attn_
     p.out = ToCxx(cp->out);
     p.lse = {cp->lse.data, cp->lse.token_stride, cp->lse.head_stride};
     if (cp->has_scale) p.scale = cp->scale;
+    SetModifiers(*cp, p);
     attn::VarlenAttention(p, options);
   });
 }
@@ -266,6 +278,7 @@ attn_status_t attn_paged_attention(const attn_paged_problem_t* cp, const attn_op
     p.out = ToCxx(cp->out);
     p.lse = {cp->lse.data, cp->lse.token_stride, cp->lse.head_stride};
     if (cp->has_scale) p.scale = cp->scale;
+    SetModifiers(*cp, p);
     attn::PagedAttention(p, options);
   });
 }

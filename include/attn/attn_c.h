@@ -242,6 +242,17 @@ typedef struct attn_varlen_problem_t {
   float scale;
   int has_scale;               /**< 0: scale = 1/sqrt(head_dim) */
   attn_causal_t causal;        /**< per sequence, on its own T_q and T_k */
+  /** Score modifiers, per sequence on its own T_q and T_k (attn_problem_t's
+   * fields; attn::VarlenProblem): window -1 / -1 (the default) unbounded,
+   * softcap 0 none, sinks[q_heads] (NULL: none),
+   * alibi_slopes[b * alibi_batch_stride + h] (NULL: none; b the sequence). */
+  int64_t window_left;
+  int64_t window_right;
+  float softcap;
+  const float* sinks;
+  int64_t sinks_size;
+  const float* alibi_slopes;
+  int64_t alibi_batch_stride;
 } attn_varlen_problem_t;
 
 /** A page pool [num_blocks, block_size, kv_heads, cols]; see attn::PagePool. */
@@ -280,9 +291,21 @@ typedef struct attn_paged_problem_t {
   float scale;
   int has_scale;
   attn_causal_t causal;
+  /** Score modifiers, per sequence on its own T_q and T_k (attn_problem_t's
+   * fields; attn::PagedProblem): window -1 / -1 (the default) unbounded,
+   * softcap 0 none, sinks[q_heads] (NULL: none),
+   * alibi_slopes[b * alibi_batch_stride + h] (NULL: none; b the sequence). */
+  int64_t window_left;
+  int64_t window_right;
+  float softcap;
+  const float* sinks;
+  int64_t sinks_size;
+  const float* alibi_slopes;
+  int64_t alibi_batch_stride;
 } attn_paged_problem_t;
 
-/** Defaults: heads 1, lse head_stride 1, every dtype ATTN_F32, the rest 0/NULL. */
+/** Defaults: heads 1, lse head_stride 1, window -1 / -1, every dtype
+ * ATTN_F32, the rest 0/NULL. */
 void attn_varlen_problem_init(attn_varlen_problem_t* problem);
 void attn_paged_problem_init(attn_paged_problem_t* problem);
 
