@@ -428,6 +428,60 @@ std::optional<attn::DType> ParseOutDtype(const nb::handle& obj) {
 }
 
 
+// The score modifier arguments of attention(), varlen_attention() and
+// kvcache_attention(): window (left, right), softcap, sinks (q_heads,) and
+// alibi_slopes (q_heads,) or (batch, q_heads) float32 (batch: sequences).
+// Holds the arrays while the call reads them.
+struct Modifiers {
+  attn::Window window;
+  float softcap = 0.0f;
+  InArray sinks_arr, alibi_arr;
+  attn::SinkLogits sinks;
+  attn::AlibiSlopes alibi;
+
+  template <class AnyProblem>
+  void ApplyTo(AnyProblem& p) const {
+    p.window = window;
+    p.softcap = softcap;
+    p.sinks = sinks;
+    p.alibi_slopes = alibi;
+  }
+};
+
+Modifiers ParseModifiers(const nb::handle& window_obj, float softcap, const nb::handle& sinks_obj,
+                         const nb::handle& alibi_obj, int64_t q_heads, int64_t batch) {
+  Modifiers m;
+  if (!window_obj.is_none()) {
+    const auto window = nb::cast<std::pair<int64_t, int64_t>>(window_obj);
+    m.window = {window.first, window.second};
+  }
+  m.softcap = softcap;
+  if (!sinks_obj.is_none()) {
+    m.sinks_arr = ToArray<InArray>("sinks", sinks_obj, kInWhat);
+    RequireFloat32("sinks", m.sinks_arr);
+    if (m.sinks_arr.ndim() != 1 || m.sinks_arr.stride(0) != 1) {
+      throw attn::Error("sinks", std::to_string(m.sinks_arr.ndim()) + "-d",
+                        "attn: sinks must be a contiguous 1-d float32 array of q_heads logits");
+    }
+    m.sinks = {static_cast<const float*>(m.sinks_arr.data()), int64_t(m.sinks_arr.shape(0))};
+  }
+  if (!alibi_obj.is_none()) {
+    m.alibi_arr = ToArray<InArray>("alibi_slopes", alibi_obj, kInWhat);
+    RequireFloat32("alibi_slopes", m.alibi_arr);
+    const size_t nd = m.alibi_arr.ndim();
+    const int64_t heads = nd >= 1 ? int64_t(m.alibi_arr.shape(nd - 1)) : 0;
+    if ((nd != 1 && nd != 2) || heads != q_heads || m.alibi_arr.stride(nd - 1) != 1 ||
+        (nd == 2 && int64_t(m.alibi_arr.shape(0)) != batch)) {
+      throw attn::Error("alibi_slopes", std::to_string(nd) + "-d",
+                        "attn: alibi_slopes must be float32 (q_heads,) or (batch, q_heads), "
+                        "last dimension contiguous");
+    }
+    m.alibi = {static_cast<const float*>(m.alibi_arr.data()),
+               nd == 2 ? int64_t(m.alibi_arr.stride(0)) : 0};
+  }
+  return m;
+}
+
 nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb::handle& v_obj,
                      const nb::handle& causal, std::optional<float> scale,
                      const nb::handle& mask_obj, const std::string& kernel, int threads,
@@ -474,35 +528,9 @@ nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb:
   p.causal = ParseCausal(causal);
 
   // Score modifiers (FlashAttention's conventions; attn.h).
-  if (!window_obj.is_none()) {
-    const auto window = nb::cast<std::pair<int64_t, int64_t>>(window_obj);
-    p.window = {window.first, window.second};
-  }
-  p.softcap = softcap;
-  InArray sinks_arr, alibi_arr;
-  if (!sinks_obj.is_none()) {
-    sinks_arr = ToArray<InArray>("sinks", sinks_obj, kInWhat);
-    RequireFloat32("sinks", sinks_arr);
-    if (sinks_arr.ndim() != 1 || sinks_arr.stride(0) != 1) {
-      throw attn::Error("sinks", std::to_string(sinks_arr.ndim()) + "-d",
-                        "attn: sinks must be a contiguous 1-d float32 array of q_heads logits");
-    }
-    p.sinks = {static_cast<const float*>(sinks_arr.data()), int64_t(sinks_arr.shape(0))};
-  }
-  if (!alibi_obj.is_none()) {
-    alibi_arr = ToArray<InArray>("alibi_slopes", alibi_obj, kInWhat);
-    RequireFloat32("alibi_slopes", alibi_arr);
-    const size_t nd = alibi_arr.ndim();
-    const int64_t heads = nd >= 1 ? int64_t(alibi_arr.shape(nd - 1)) : 0;
-    if ((nd != 1 && nd != 2) || heads != p.q_heads || alibi_arr.stride(nd - 1) != 1 ||
-        (nd == 2 && int64_t(alibi_arr.shape(0)) != p.batch)) {
-      throw attn::Error("alibi_slopes", std::to_string(nd) + "-d",
-                        "attn: alibi_slopes must be float32 (q_heads,) or (batch, q_heads), "
-                        "last dimension contiguous");
-    }
-    p.alibi_slopes = {static_cast<const float*>(alibi_arr.data()),
-                      nd == 2 ? int64_t(alibi_arr.stride(0)) : 0};
-  }
+  const Modifiers mods = ParseModifiers(window_obj, softcap, sinks_obj, alibi_obj, p.q_heads,
+                                        p.batch);
+  mods.ApplyTo(p);
 
   InArray mask_arr;
   if (!mask_obj.is_none()) {
@@ -673,7 +701,9 @@ nb::object VarlenAttentionPy(const nb::handle& q_obj, const nb::handle& k_obj,
                              const nb::handle& causal, bool return_softmax_lse,
                              const std::string& kernel, int threads, const nb::handle& out_obj_in,
                              const nb::handle& out_dtype_obj, const nb::handle& k_dtype_obj,
-                             const nb::handle& v_dtype_obj) {
+                             const nb::handle& v_dtype_obj, const nb::handle& window_obj,
+                             float softcap, const nb::handle& sinks_obj,
+                             const nb::handle& alibi_obj) {
   const bool k_q8 = ParseKvDtype("k_dtype", k_dtype_obj), v_q8 = ParseKvDtype("v_dtype", v_dtype_obj);
   const Typed<InArray> q_in = TypedArray<InArray>("q", q_obj, kInWhat);
   const Typed<InArray> k_in = KvArray<InArray>("k", k_obj, k_q8, kInWhat);
@@ -707,6 +737,9 @@ nb::object VarlenAttentionPy(const nb::handle& q_obj, const nb::handle& k_obj,
   p.max_seqlen_k = max_seqlen_k;
   p.scale = softmax_scale;
   p.causal = ParseCausal(causal);
+  const Modifiers mods = ParseModifiers(window_obj, softcap, sinks_obj, alibi_obj, p.q_heads,
+                                        p.batch);
+  mods.ApplyTo(p);
 
   OutArray out_arr;
   attn::DType o_dtype;
@@ -740,7 +773,9 @@ nb::object KvcacheAttentionPy(const nb::handle& q_obj, const nb::handle& k_cache
                               std::optional<float> softmax_scale, const nb::handle& causal,
                               bool return_softmax_lse, const std::string& kernel, int threads,
                               const nb::handle& out_obj_in, const nb::handle& out_dtype_obj,
-                              const nb::handle& cache_dtype_obj) {
+                              const nb::handle& cache_dtype_obj, const nb::handle& window_obj,
+                              float softcap, const nb::handle& sinks_obj,
+                              const nb::handle& alibi_obj) {
   const bool cache_q8 = ParseKvDtype("cache_dtype", cache_dtype_obj);
   const bool append = !k_obj.is_none() || !v_obj.is_none();
   if (append && (k_obj.is_none() || v_obj.is_none())) {
@@ -800,6 +835,9 @@ nb::object KvcacheAttentionPy(const nb::handle& q_obj, const nb::handle& k_cache
   p.v_cache = {vc.data, vc.stride[0], vc.stride[1], vc.stride[2], vc_type};
   p.q = {q.data, q.stride[1], q.stride[2], q_in.dtype};
   p.q_len = q.shape[1];
+  const Modifiers mods = ParseModifiers(window_obj, softcap, sinks_obj, alibi_obj, p.q_heads,
+                                        p.batch);
+  mods.ApplyTo(p);
 
   std::vector<int32_t> table, seqlens;
   std::vector<int64_t> shape;
@@ -950,7 +988,8 @@ of another dtype (float64, int, ...).)");
         "cu_seqlens_k"_a, "max_seqlen_q"_a, "max_seqlen_k"_a, nb::kw_only(),
         "softmax_scale"_a = nb::none(), "causal"_a = false, "return_softmax_lse"_a = false,
         "kernel"_a = "auto", "threads"_a = 0, "out"_a = nb::none(), "out_dtype"_a = nb::none(),
-        "k_dtype"_a = nb::none(), "v_dtype"_a = nb::none(),
+        "k_dtype"_a = nb::none(), "v_dtype"_a = nb::none(), "window"_a = nb::none(),
+        "softcap"_a = 0.0f, "sinks"_a = nb::none(), "alibi_slopes"_a = nb::none(),
         R"(Attention over a variable-length batch, as flash_attn_varlen_func.
 
 q: (total_q, heads, d), k: (total_k, kv_heads, d), v: (total_k, kv_heads, dv):
@@ -962,6 +1001,9 @@ causal: True/'bottom_right' (per sequence: the last query sees every key),
 'top_left' or False. A sequence with queries but no keys gets output 0 and
 lse -inf. Element types, kernel, threads, out, out_dtype, k_dtype and
 v_dtype as attention() (q8_0 k / v: uint8 (total_k, kv_heads, d / 32 * 34)).
+window, softcap, sinks as attention(), per sequence on its own lengths;
+alibi_slopes float32 (heads,) or (batch, heads), one row per sequence. With
+sinks, a row that sees no key gets lse sink[h].
 Returns out (total_q, heads, dv), or (out, lse) with return_softmax_lse=True
 (lse float32 (heads, total_q), FlashAttention's layout).)");
   m.def("kvcache_attention", &KvcacheAttentionPy, "q"_a, "k_cache"_a, "v_cache"_a,
@@ -969,6 +1011,8 @@ Returns out (total_q, heads, dv), or (out, lse) with return_softmax_lse=True
         "block_table"_a = nb::none(), "softmax_scale"_a = nb::none(), "causal"_a = false,
         "return_softmax_lse"_a = false, "kernel"_a = "auto", "threads"_a = 0,
         "out"_a = nb::none(), "out_dtype"_a = nb::none(), "cache_dtype"_a = nb::none(),
+        "window"_a = nb::none(), "softcap"_a = 0.0f, "sinks"_a = nb::none(),
+        "alibi_slopes"_a = nb::none(),
         R"(Attention over a (paged) KV cache, as flash_attn_with_kvcache.
 
 q: (batch, seqlen_q, heads, d). With block_table (int32 (batch, max_blocks)):
@@ -983,7 +1027,9 @@ cache_seqlens[b] + seqlen_new keys. causal: True/'bottom_right' aligns the
 last query with the last key. cache_dtype: None (the pools' dtype) or
 'q8_0': k_cache and v_cache are uint8 pools of ggml's q8_0 blocks
 (num_blocks, block_size, kv_heads, d / 32 * 34); new k, v (float arrays) are
-quantised into them as attn.quantize_q8_0 does. Returns out (batch,
+quantised into them as attn.quantize_q8_0 does. window, softcap, sinks,
+alibi_slopes ((heads,) or (batch, heads)) as varlen_attention(), per
+sequence on its cache_seqlens[b] + seqlen_new keys. Returns out (batch,
 seqlen_q, heads, dv), or (out, lse) with return_softmax_lse=True (lse
 float32 (batch, heads, seqlen_q)).)");
 

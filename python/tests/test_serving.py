@@ -1,12 +1,13 @@
 """attn.varlen_attention and attn.kvcache_attention (FlashAttention's
 flash_attn_varlen_func / flash_attn_with_kvcache conventions) against a loop
 of dense attn.attention calls and against a NumPy float64 reference written
-here, on NumPy arrays and on DLPack-only objects (and torch tensors where
-torch is installed)."""
+here (test_modifiers' for the score modifiers), on NumPy arrays and on
+DLPack-only objects (and torch tensors where torch is installed)."""
 import numpy as np
 import pytest
 
 import attn
+from test_modifiers import modified_reference
 
 KERNELS = ["auto"] + attn.kernels()
 
@@ -241,6 +242,79 @@ def test_bad_inputs_name_the_field_and_write_nothing(rng):
         attn.varlen_attention(qv, kv, vv, np.array([0, 3, 4], np.int32), cu_k, 3, 5)
     with pytest.raises(attn.Error, match="max_seqlen_k"):
         attn.varlen_attention(qv, kv, vv, cu_q, cu_k, 3, 4)
+
+
+def sequence_reference(q, k, v, causal, window, softcap, sinks, slopes):
+    """One sequence (T, H, d) arrays with the score modifiers, through
+    test_modifiers' float64 reference; returns out (Tq, H, dv), lse (H, Tq)."""
+    hq, hkv = q.shape[1], k.shape[1]
+    if k.shape[0] == 0:  # no keys: output 0, the sink (or -inf) the whole normaliser
+        lse = np.full((hq, q.shape[0]), -np.inf) if sinks is None else np.repeat(
+            np.asarray(sinks, np.float64)[:, None], q.shape[0], axis=1)
+        return np.zeros((q.shape[0], hq, v.shape[2])), lse
+    k = np.repeat(k, hq // hkv, axis=1)
+    v = np.repeat(v, hq // hkv, axis=1)
+    out, lse = modified_reference(q.transpose(1, 0, 2)[None], k.transpose(1, 0, 2)[None],
+                                  v.transpose(1, 0, 2)[None], causal, window, softcap, sinks, slopes)
+    return out[0].transpose(1, 0, 2), lse[0]
+
+
+SINKS = np.array([0.5, -1.0, 2.0, -np.inf], np.float32)  # -inf: head 3 has none
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("causal", [False, True, "top_left"])
+def test_varlen_score_modifiers_per_sequence(rng, kernel, causal):
+    tq = [5, 0, 1, 37, 3, 10]
+    tk = [9, 4, 0, 37, 100, 4]
+    q, k, v, cu_q, cu_k = ragged(rng, tq, tk)
+    slopes = rng.uniform(0.02, 0.5, (len(tq), 4)).astype(np.float32)  # one row per sequence
+    out, lse = attn.varlen_attention(q, k, v, cu_q, cu_k, max(tq), max(tk), causal=causal,
+                                     window=(6, 2), softcap=1.5, sinks=SINKS, alibi_slopes=slopes,
+                                     kernel=kernel, threads=2, return_softmax_lse=True)
+    for b in range(len(tq)):
+        rows = slice(cu_q[b], cu_q[b + 1])
+        keys = slice(cu_k[b], cu_k[b + 1])
+        want, want_lse = sequence_reference(q[rows], k[keys], v[keys], causal, (6, 2), 1.5, SINKS,
+                                            slopes[b])
+        close(out[rows], want)
+        close(lse[:, rows], want_lse)
+    # Without the modifiers the result moves: the test sees them.
+    plain = attn.varlen_attention(q, k, v, cu_q, cu_k, max(tq), max(tk), causal=causal)
+    assert np.abs(plain - out).max() > 1e-2
+
+
+def test_kvcache_sliding_window_sinks_alibi_softcap(rng):
+    cached = [100, 3, 40]
+    k_pool, v_pool, table, keys, values = paged_setup(rng, cached, [1] * 3, 16)
+    q = rng.standard_normal((3, 1, 4, 16)).astype(np.float32)
+    k_new = rng.standard_normal((3, 1, 2, 16)).astype(np.float32)
+    v_new = rng.standard_normal((3, 1, 2, 16)).astype(np.float32)
+    slopes = rng.uniform(0.02, 0.5, 4).astype(np.float32)  # shared by every sequence
+    out, lse = attn.kvcache_attention(q, k_pool, v_pool, k_new, v_new,
+                                      cache_seqlens=np.array(cached, np.int32), block_table=table,
+                                      causal=True, window=(20, 0), softcap=2.0, sinks=SINKS,
+                                      alibi_slopes=slopes, threads=2, return_softmax_lse=True)
+    for b in range(3):
+        kb = np.concatenate([keys[b], k_new[b]])
+        vb = np.concatenate([values[b], v_new[b]])
+        want, want_lse = sequence_reference(q[b], kb, vb, True, (20, 0), 2.0, SINKS, slopes)
+        close(out[b], want)
+        close(lse[b], want_lse)
+
+
+def test_bad_modifiers_are_named(rng):
+    q, k, v, cu_q, cu_k = ragged(rng, [3, 2], [4, 5])
+    with pytest.raises(attn.Error, match="window.left"):
+        attn.varlen_attention(q, k, v, cu_q, cu_k, 3, 5, window=(-2, 0))
+    with pytest.raises(attn.Error, match="sinks.size"):
+        attn.varlen_attention(q, k, v, cu_q, cu_k, 3, 5, sinks=SINKS[:3])
+    with pytest.raises(attn.Error, match="alibi_slopes"):
+        attn.varlen_attention(q, k, v, cu_q, cu_k, 3, 5, alibi_slopes=np.ones((3, 4), np.float32))
+    k_pool, v_pool, table, _, _ = paged_setup(rng, [20], [0], 16)
+    with pytest.raises(attn.Error, match="softcap"):
+        attn.kvcache_attention(rng.standard_normal((1, 1, 4, 16)).astype(np.float32), k_pool,
+                               v_pool, cache_seqlens=20, block_table=table, softcap=-1.0)
 
 
 def test_torch_tensors_if_installed(rng):
