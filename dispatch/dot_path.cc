@@ -13,6 +13,9 @@
 #if HWY_ARCH_X86
 #include <cpuid.h>
 #endif
+#if HWY_ARCH_ARM_A64 && defined(__linux__)
+#include <sys/auxv.h>
+#endif
 #if HWY_ARCH_X86_64 && defined(__linux__)
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -25,9 +28,10 @@ namespace attn {
 namespace internal {
 namespace {
 
-constexpr DotPath kAllPaths[] = {DotPath::kWiden, DotPath::kAvx512Bf16,
+constexpr DotPath kAllPaths[] = {DotPath::kWiden,      DotPath::kAvx512Bf16,
                                  DotPath::kAvx512Bf16Emulated, DotPath::kAmx,
-                                 DotPath::kAmxEmulated};
+                                 DotPath::kAmxEmulated, DotPath::kArmBfdot,
+                                 DotPath::kArmBfdotEmulated};
 
 std::once_flag g_env_once;
 std::atomic<int> g_forced{-1};  // a DotPath, or -1: the default rule
@@ -37,6 +41,18 @@ bool Runnable(DotPath path, std::string* why) {
     case DotPath::kWiden:
     case DotPath::kAvx512Bf16Emulated:
     case DotPath::kAmxEmulated:
+    case DotPath::kArmBfdotEmulated:
+      return true;
+    case DotPath::kArmBfdot:
+      if (!CpuHasArmBf16()) {
+        if (why) *why = "this CPU has no FEAT_BF16 (BFDOT)";
+        return false;
+      }
+      if (CurrentTarget() != "NEON") {
+        if (why) *why = "the BFDOT path runs on the NEON target, the current one is " +
+                        CurrentTarget();
+        return false;
+      }
       return true;
     case DotPath::kAmx:
       if (!AmxUnavailable().empty()) {
@@ -108,6 +124,8 @@ const char* DotPathName(DotPath path) {
     case DotPath::kAvx512Bf16Emulated: return "avx512bf16-emulated";
     case DotPath::kAmx: return "amx";
     case DotPath::kAmxEmulated: return "amx-emulated";
+    case DotPath::kArmBfdot: return "bfdot";
+    case DotPath::kArmBfdotEmulated: return "bfdot-emulated";
   }
   return "?";
 }
@@ -119,6 +137,18 @@ bool CpuHasAvx512Bf16() {
     if (!__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx)) return false;
     return (eax & (1u << 5)) != 0;
   }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool CpuHasArmBf16() {
+#if HWY_ARCH_ARM_A64 && defined(__linux__)
+#ifndef HWCAP2_BF16
+#define HWCAP2_BF16 (1 << 14)  // Linux's arch/arm64 uapi hwcap.h
+#endif
+  static const bool has = (getauxval(AT_HWCAP2) & HWCAP2_BF16) != 0;
   return has;
 #else
   return false;
@@ -159,10 +189,14 @@ bool IsAmxPath(DotPath path) { return path == DotPath::kAmx || path == DotPath::
 bool IsAvx512Bf16Path(DotPath path) {
   return path == DotPath::kAvx512Bf16 || path == DotPath::kAvx512Bf16Emulated;
 }
+bool IsPairDotPath(DotPath path) {
+  return IsAvx512Bf16Path(path) || path == DotPath::kArmBfdot ||
+         path == DotPath::kArmBfdotEmulated;
+}
 
 // Without ForceDotPath or ATTN_DOT_PATH: the fastest instruction that runs
 // here (AMX tiles, then AVX512-BF16's vdpbf16ps; both need the AVX3
-// target), else widen. Never an emulation, which is for tests (~10x (AVX512-
+// target; on aarch64 BFDOT, on NEON), else widen. Never an emulation, which is for tests (~10x (AVX512-
 // BF16) to ~100x (AMX) slower than widening). These paths round P to bf16
 // (docs/precision.md): an all-bf16 problem asks for bf16 arithmetic, and
 // PyTorch's and oneDNN's bf16 attention round P the same way.
@@ -175,7 +209,8 @@ DotPath ActiveDotPath() {
 
 DotPath DefaultDotPath() {
   if (Runnable(DotPath::kAmx, nullptr)) return DotPath::kAmx;
-  return Runnable(DotPath::kAvx512Bf16, nullptr) ? DotPath::kAvx512Bf16 : DotPath::kWiden;
+  if (Runnable(DotPath::kAvx512Bf16, nullptr)) return DotPath::kAvx512Bf16;
+  return Runnable(DotPath::kArmBfdot, nullptr) ? DotPath::kArmBfdot : DotPath::kWiden;
 }
 
 bool DotPathForced() {
@@ -236,8 +271,8 @@ std::string DeclinesUnless(const Problem& p, DotPath path, bool (*is_family)(Dot
 std::string AmxDeclines(const Problem& p, DotPath path) {
   return DeclinesUnless(p, path, &IsAmxPath, "amx");
 }
-std::string Avx512Bf16Declines(const Problem& p, DotPath path) {
-  return DeclinesUnless(p, path, &IsAvx512Bf16Path, "avx512bf16");
+std::string PairDotDeclines(const Problem& p, DotPath path) {
+  return DeclinesUnless(p, path, &IsPairDotPath, "avx512bf16 or bfdot");
 }
 
 }  // namespace internal

@@ -25,10 +25,17 @@ bool CpuHasAvx512Bf16();
 // it the first tile instruction faults. Always a reason off x86-64 Linux.
 const std::string& AmxUnavailable();
 
-// Whether `path` runs the AMX kernels (hardware or emulated tiles), and
-// whether it runs the AVX512-BF16 ones.
+// getauxval(AT_HWCAP2) & HWCAP2_BF16 (Arm's BFDOT, BFMMLA...: FEAT_BF16);
+// false off aarch64 Linux.
+bool CpuHasArmBf16();
+
+// Whether `path` runs the AMX kernels (hardware or emulated tiles), whether
+// it runs the AVX512-BF16 ones, and whether it runs the bf16 dot-product
+// kernels over a pair dot layer (AVX512-BF16's or Arm BFDOT's, hardware or
+// emulated: kernels/bf16dot/bf16dot.h PairDotLayer).
 bool IsAmxPath(DotPath path);
 bool IsAvx512Bf16Path(DotPath path);
+bool IsPairDotPath(DotPath path);
 
 // The process-wide path: ForceDotPath / ATTN_DOT_PATH (read at first use,
 // as ATTN_TARGET is), else DefaultDotPath(). Throws Error for a bad
@@ -60,10 +67,10 @@ struct DotPathRequest {
 };
 DotPathRequest RequestedDotPath(const Problem& problem, const std::string& option);
 
-// "" when the AMX rows / the AVX512-BF16 rows of the kernel table take
+// "" when the AMX rows / the pair dot-product rows of the kernel table take
 // `problem` under the call's dot path `path` (Q, K and V bf16, and `path`
 // one of theirs that runs here), else why not.
 std::string AmxDeclines(const Problem& problem, DotPath path);
-std::string Avx512Bf16Declines(const Problem& problem, DotPath path);
+std::string PairDotDeclines(const Problem& problem, DotPath path);
 
 }  // namespace attn::internal

@@ -29,8 +29,8 @@ namespace {
 
 std::string DeclinesNothing(const Problem&, DotPath) { return ""; }
 std::string AmxRowDeclines(const Problem& p, DotPath path) { return AmxDeclines(p, path); }
-std::string Avx512Bf16RowDeclines(const Problem& p, DotPath path) {
-  return Avx512Bf16Declines(p, path);
+std::string PairDotRowDeclines(const Problem& p, DotPath path) {
+  return PairDotDeclines(p, path);
 }
 
 // The bf16 dot-product rows: all-bf16 problems whose call's dot path is
@@ -45,10 +45,10 @@ void StreamingAmxAttention(const Problem& p, const RunConfig& config) {
 constexpr const char* kAmxPath = "bf16 AMX tiles (tdpbf16ps), P rounded to bf16";
 
 void ParallelBf16DotAttention(const Problem& p, const RunConfig& config) {
-  ParallelAttentionWith(Bf16DotTarget(config.dot_path == DotPath::kAvx512Bf16), p, config);
+  ParallelAttentionWith(Bf16DotTarget(PairDotLayerOf(config.dot_path)), p, config);
 }
 void StreamingBf16DotAttention(const Problem& p, const RunConfig& config) {
-  Bf16DotStreamingAttention(p, config, config.dot_path == DotPath::kAvx512Bf16);
+  Bf16DotStreamingAttention(p, config, PairDotLayerOf(config.dot_path));
 }
 constexpr const char* kBf16DotPath = "bf16 dot products, P rounded to bf16";
 
@@ -91,7 +91,7 @@ const std::vector<KernelImpl>& Table() {
       {Info(KernelId::kParallel, "parallel",
             "the bf16 dot-product streaming kernel over OpenMP threads",
             true, true, true, true, true),
-       ATTN_KERNEL_PARALLEL, &Avx512Bf16RowDeclines, &ParallelBf16DotAttention, kBf16DotPath, /*all_bf16_only=*/true},
+       ATTN_KERNEL_PARALLEL, &PairDotRowDeclines, &ParallelBf16DotAttention, kBf16DotPath, /*all_bf16_only=*/true},
       {Info(KernelId::kParallel, "parallel",
             "the streaming kernel over OpenMP threads; split-KV when items are few",
             true, true, true, true, true),
@@ -107,7 +107,7 @@ const std::vector<KernelImpl>& Table() {
       {Info(KernelId::kStreaming, "streaming",
             "online softmax over bf16 pairs: bf16 dot products for Q·Kᵀ and P·V",
             true, false, true, true, false),
-       ATTN_KERNEL_STREAMING, &Avx512Bf16RowDeclines, &StreamingBf16DotAttention, kBf16DotPath, /*all_bf16_only=*/true},
+       ATTN_KERNEL_STREAMING, &PairDotRowDeclines, &StreamingBf16DotAttention, kBf16DotPath, /*all_bf16_only=*/true},
       {Info(KernelId::kStreaming, "streaming",
             "SIMD online softmax (flash attention), O(tile) memory, one thread",
             true, false, true, true, false),

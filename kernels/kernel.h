@@ -171,6 +171,8 @@ enum class DotPath {
   kAvx512Bf16Emulated,  // the same kernels over the portable emulation
   kAmx,                 // AMX tiles (tdpbf16ps), AVX3 target, CPU and OS with AMX-BF16
   kAmxEmulated,         // the AMX kernels over the emulated tiles
+  kArmBfdot,            // BFDOT (FEAT_BF16), NEON target on aarch64
+  kArmBfdotEmulated,    // the bf16 dot-product kernels over BFDOT's emulation
 };
 
 // A resolved run request: tiles with no zero fields, threads >= 1, and the

@@ -9,6 +9,12 @@
 // - on AVX3, where this CPU has AVX512-BF16, the instruction itself against
 //   the emulation bit for bit, on lanes whose products and sums are normal
 //   (the documented model) and on subnormal inputs (DAZ);
+// - EmulatedArmBfdot::PairDot (Arm BFDOT: lo + hi products, then the
+//   accumulator, each addition rounded to odd) against a scalar model that
+//   adds under fesetround(FE_TOWARDZERO) and sets the last bit when
+//   FE_INEXACT was raised, on normal and subnormal lanes;
+// - on aarch64's NEON with FEAT_BF16 (qemu-aarch64 -cpu max), BFDOT itself
+//   against that emulation bit for bit;
 // - the packings against scalar expectations at odd and even lengths.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "tests/bf16dot_layer_test.cc"
@@ -20,6 +26,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <cfenv>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -30,6 +37,9 @@
 
 #if HWY_ARCH_X86
 #include <cpuid.h>
+#endif
+#if HWY_ARCH_ARM_A64 && defined(__linux__)
+#include <sys/auxv.h>
 #endif
 
 #ifndef ATTN_TESTS_BF16DOT_LAYER_TEST_HELPERS_
@@ -77,6 +87,53 @@ uint16_t RandomBf16(std::mt19937& rng, Spread spread) {
 }
 
 bool SameBits(float x, float y) { return Bits(x) == Bits(y) || (std::isnan(x) && std::isnan(y)); }
+
+// x + y rounded to odd, by the FPU: truncated toward zero, and the last
+// significand bit set when the sum was inexact (FE_INEXACT). volatile keeps
+// the addition at run time, under the mode set here.
+float AddRoundToOddModel(float x, float y) {
+  const int mode = std::fegetround();
+  std::fesetround(FE_TOWARDZERO);
+  std::feclearexcept(FE_INEXACT);
+  volatile float vx = x, vy = y;
+  volatile float sum = vx + vy;
+  const bool inexact = std::fetestexcept(FE_INEXACT) != 0;
+  std::fesetround(mode);
+  float r = sum;
+  if (inexact && std::isfinite(r)) {
+    const uint32_t u = Bits(r) | 1u;
+    memcpy(&r, &u, 4);
+  }
+  return r;
+}
+
+// Arm's BFDOT lane (the Arm ARM's BFDotAdd with FPCR.EBF = 0): the two
+// exact products summed, then added to the accumulator, both additions
+// rounded to odd; subnormal inputs read as zero, subnormal results flushed.
+// *finite: every product, sum and the result below FLT_MAX in magnitude
+// (the model's overflow is the FPU's truncation to FLT_MAX, the
+// instruction's an infinity).
+float ArmModelLane(float acc, uint32_t a, uint32_t b, bool* finite) {
+  const float a0 = Ftz(Bf(uint16_t(a))), a1 = Ftz(Bf(uint16_t(a >> 16)));
+  const float b0 = Ftz(Bf(uint16_t(b))), b1 = Ftz(Bf(uint16_t(b >> 16)));
+  volatile float p0 = Ftz(a0 * b0), p1 = Ftz(a1 * b1);
+  const float pair = Ftz(AddRoundToOddModel(p0, p1));
+  const float r = Ftz(AddRoundToOddModel(Ftz(acc), pair));
+  *finite = true;
+  for (float x : {float(p0), float(p1), pair, r, acc}) {
+    if (!(std::fabs(x) < 3.4028234663852886e38f)) *finite = false;
+  }
+  return r;
+}
+
+// getauxval(AT_HWCAP2) & HWCAP2_BF16 (the library's test is internal).
+bool CpuHasArmBf16() {
+#if HWY_ARCH_ARM_A64 && defined(__linux__)
+  return (getauxval(AT_HWCAP2) & (1u << 14)) != 0;
+#else
+  return false;
+#endif
+}
 
 bool CpuHasAvx512Bf16() {
 #if HWY_ARCH_X86
@@ -148,6 +205,25 @@ void RunHardwarePairDot(const Lanes& l, float* out) {
 }  // namespace HWY_NAMESPACE
 }  // namespace attn
 HWY_POP_ATTRIBUTES
+#endif
+
+#ifdef ATTN_HAVE_ARM_BFDOT
+ATTN_BEGIN_ARM_BF16
+namespace attn {
+namespace HWY_NAMESPACE {
+void RunArmHardwarePairDot(const Lanes& l, float* out) {
+  const DPairF df;
+  const DPairU du;
+  const size_t N = hn::Lanes(df);
+  for (size_t i = 0; i < l.n; i += N) {
+    hn::Store(NeonBfdot::PairDot(hn::Load(df, l.acc.get() + i), hn::Load(du, l.a.get() + i),
+                                 hn::Load(du, l.b.get() + i)),
+              df, out + i);
+  }
+}
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
+ATTN_END_ARM_BF16
 #endif
 
 HWY_BEFORE_NAMESPACE();
@@ -227,6 +303,87 @@ void TestHardwareMatchesTheEmulation() {
 #endif
 }
 
+// Arm BFDOT's emulation against the rounding-mode model, on normal lanes
+// (kNarrow: every product and sum normal) and over the whole range (kWide,
+// where the lanes whose products, sums or result overflow are left out: the
+// model truncates them to FLT_MAX, the instruction gives an infinity); and
+// the rounding itself on lanes where round to odd and to nearest differ.
+void TestArmEmulationMatchesTheModel() {
+  const size_t kLanes = 1 << 16;
+  for (bt::Spread spread : {bt::Spread::kNarrow, bt::Spread::kWide}) {
+    const Lanes l = RandomLanes(kLanes, spread, 17 + int(spread));
+    auto out = hwy::AllocateAligned<float>(kLanes);
+    RunPairDot<EmulatedArmBfdot>(l, out.get());
+    size_t bad = 0, compared = 0;
+    for (size_t i = 0; i < kLanes; ++i) {
+      bool finite = false;
+      const float want = bt::ArmModelLane(l.acc[i], l.a[i], l.b[i], &finite);
+      if (spread == bt::Spread::kWide && !finite) continue;
+      if (spread == bt::Spread::kNarrow) {
+        EXPECT_TRUE(finite);
+      }
+      ++compared;
+      if (!bt::SameBits(out[i], want) && bad++ < 5) {
+        ADD_FAILURE() << hwy::TargetName(HWY_TARGET) << " lane " << i << ": acc " << l.acc[i]
+                      << " a " << std::hex << l.a[i] << " b " << l.b[i] << std::dec << " got "
+                      << out[i] << " want " << want;
+      }
+    }
+    EXPECT_EQ(bad, 0u) << hwy::TargetName(HWY_TARGET);
+    EXPECT_GT(compared, kLanes / 2);
+  }
+  const DPairF df;
+  const DPairU du;
+  // (1 + 2^-23) + 2^-24·... : acc = 1, products 2^-24 and 0 (hi half 0):
+  // 1 + 2^-24 to nearest even is 1; to odd it is 1 + 2^-23.
+  const uint32_t tiny = 0x3380u;  // bf16 2^-24 in the lo half, hi half +0
+  const uint32_t one = 0x3F80u;   // bf16 1 in the lo half
+  const float r = hn::GetLane(
+      EmulatedArmBfdot::PairDot(hn::Set(df, 1.0f), hn::Set(du, tiny), hn::Set(du, one)));
+  EXPECT_EQ(bt::Bits(r), bt::Bits(1.0f) | 1u);
+  // Exact sums keep their last bit: 2 + 1·1 = 3.
+  EXPECT_EQ(hn::GetLane(EmulatedArmBfdot::PairDot(hn::Set(df, 2.0f), hn::Set(du, one),
+                                                  hn::Set(du, one))),
+            3.0f);
+  // A tie that nearest-even rounds away: 2^24 + (1 + 2) = 2^24 + 3 lies
+  // between 2^24 + 2 (odd significand) and 2^24 + 4; to nearest even it is
+  // 2^24 + 4, to odd 2^24 + 2 (truncated, already odd).
+  const uint32_t one_two = 0x40003F80u;  // lo 1, hi 2
+  EXPECT_EQ(hn::GetLane(EmulatedArmBfdot::PairDot(hn::Set(df, 16777216.0f), hn::Set(du, one_two),
+                                                  hn::Set(du, 0x3F803F80u))),
+            16777218.0f);
+  EXPECT_EQ(hn::GetLane(EmulatedArmBfdot::PairDot(hn::Set(df, -16777216.0f),
+                                                  hn::Set(du, one_two), hn::Set(du, 0xBF80BF80u))),
+            -16777218.0f);
+}
+
+void TestArmHardwareMatchesTheEmulation() {
+#ifdef ATTN_HAVE_ARM_BFDOT
+  if (!bt::CpuHasArmBf16()) {
+    GTEST_SKIP() << "this CPU has no FEAT_BF16: the emulation alone is tested here";
+  }
+  const size_t kLanes = 1 << 18;
+  for (bt::Spread spread : {bt::Spread::kNarrow, bt::Spread::kWide}) {
+    const Lanes l = RandomLanes(kLanes, spread, 23 + int(spread));
+    auto hw = hwy::AllocateAligned<float>(kLanes), emu = hwy::AllocateAligned<float>(kLanes);
+    RunArmHardwarePairDot(l, hw.get());
+    RunPairDot<EmulatedArmBfdot>(l, emu.get());
+    size_t bad = 0;
+    for (size_t i = 0; i < kLanes; ++i) {
+      if (spread == bt::Spread::kWide && !(std::isnormal(emu[i]) || emu[i] == 0.0f)) continue;
+      if (!bt::SameBits(hw[i], emu[i]) && bad++ < 5) {
+        ADD_FAILURE() << "lane " << i << ": acc " << l.acc[i] << " a " << std::hex << l.a[i]
+                      << " b " << l.b[i] << std::dec << " hardware " << hw[i] << " emulation "
+                      << emu[i];
+      }
+    }
+    EXPECT_EQ(bad, 0u) << (spread == bt::Spread::kNarrow ? "normal lanes" : "whole range");
+  }
+#else
+  GTEST_SKIP() << "BFDOT is compiled for aarch64's NEON target only";
+#endif
+}
+
 void TestPackings() {
   const size_t P = PanelWidth();
   std::mt19937 rng(5);
@@ -297,6 +454,8 @@ namespace attn {
 HWY_BEFORE_TEST(Bf16DotLayer);
 HWY_EXPORT_AND_TEST_P(Bf16DotLayer, TestEmulationMatchesTheModel);
 HWY_EXPORT_AND_TEST_P(Bf16DotLayer, TestHardwareMatchesTheEmulation);
+HWY_EXPORT_AND_TEST_P(Bf16DotLayer, TestArmEmulationMatchesTheModel);
+HWY_EXPORT_AND_TEST_P(Bf16DotLayer, TestArmHardwareMatchesTheEmulation);
 HWY_EXPORT_AND_TEST_P(Bf16DotLayer, TestPackings);
 }  // namespace attn
 #endif

@@ -64,6 +64,10 @@ std::vector<PathTargets> RealDotPaths() {
   if (Has(SupportedDotPaths(), "avx512bf16")) out.push_back({"avx512bf16", {"AVX3"}});
   out.push_back({"amx-emulated", SupportedTargets()});
   if (Has(SupportedDotPaths(), "amx")) out.push_back({"amx", {"AVX3"}});
+  // Arm's BFDOT (round to odd): its emulation everywhere, the instruction
+  // on aarch64's NEON with FEAT_BF16 (qemu-aarch64 -cpu max has it).
+  out.push_back({"bfdot-emulated", SupportedTargets()});
+  if (Has(SupportedDotPaths(), "bfdot")) out.push_back({"bfdot", {"NEON"}});
   return out;
 }
 
@@ -158,7 +162,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Bf16DotKernels, ::testing::ValuesIn(Bf16Shapes(
 // (a VNNI packing mistake), exceeds it on the inputs the tests use.
 TEST(Bf16DotBound, FailsForADroppedKeyOrSwappedPairHalves) {
   PathGuard guard;
-  for (const char* path : {"avx512bf16-emulated", "amx-emulated"})
+  for (const char* path : {"avx512bf16-emulated", "amx-emulated", "bfdot-emulated"})
   for (const Shape& s : {Bf16Shapes()[0], Bf16Shapes()[3], Bf16Shapes()[5]}) {
     ForceDotPath(path);
     SCOPED_TRACE(std::string(path) + " " + s.Name());
@@ -193,32 +197,43 @@ TEST(Bf16DotBound, FailsForADroppedKeyOrSwappedPairHalves) {
 
 // Where the CPU has the instruction, the hardware kernels equal the
 // emulated ones bit for bit: the layer is exact on normal values and all
-// the rest is the same code.
+// the rest is the same code. vdpbf16ps on AVX3; BFDOT on aarch64's NEON
+// (under qemu-aarch64 -cpu max in .ci/arm.sh).
 TEST(Bf16DotHardware, EqualsTheEmulationBitForBit) {
-  if (!Has(SupportedDotPaths(), "avx512bf16")) {
-    GTEST_SKIP() << "this CPU has no AVX512-BF16 (or no AVX3): only the emulated path runs "
-                    "here, and Bf16DotKernels tests it on every target";
+  struct Pair {
+    const char* hardware;
+    const char* emulated;
+    const char* target;
+  };
+  std::vector<Pair> pairs;
+  if (Has(SupportedDotPaths(), "avx512bf16")) pairs.push_back({"avx512bf16", "avx512bf16-emulated", "AVX3"});
+  if (Has(SupportedDotPaths(), "bfdot")) pairs.push_back({"bfdot", "bfdot-emulated", "NEON"});
+  if (pairs.empty()) {
+    GTEST_SKIP() << "this CPU has neither AVX512-BF16 (with AVX3) nor FEAT_BF16: only the "
+                    "emulated paths run here, and Bf16DotKernels tests them on every target";
   }
   PathGuard guard;
-  ForceTarget("AVX3");
-  for (const Shape& shape : Bf16Shapes()) {
-    SCOPED_TRACE(shape.Name());
-    OwnedProblem owned = MakeProblem(shape);
-    for (const Variant& variant : KernelVariants()) {
-      if (variant.options.kernel == KernelId::kNaive || variant.options.kernel == KernelId::kBlocked)
-        continue;  // no bf16 row
-      SCOPED_TRACE(variant.name);
-      ForceDotPath("avx512bf16-emulated");
-      owned.ClearOutputs();
-      attention(owned.problem, variant.options);
-      const std::vector<float> out = owned.out, lse = owned.lse;
-      const std::vector<uint16_t> out16 = owned.out16;
-      ForceDotPath("avx512bf16");
-      owned.ClearOutputs();
-      attention(owned.problem, variant.options);
-      EXPECT_EQ(0, std::memcmp(out.data(), owned.out.data(), out.size() * sizeof(float)));
-      EXPECT_EQ(out16, owned.out16);
-      EXPECT_EQ(0, std::memcmp(lse.data(), owned.lse.data(), lse.size() * sizeof(float)));
+  for (const Pair& pair : pairs) {
+    ForceTarget(pair.target);
+    for (const Shape& shape : Bf16Shapes()) {
+      SCOPED_TRACE(std::string(pair.hardware) + " " + shape.Name());
+      OwnedProblem owned = MakeProblem(shape);
+      for (const Variant& variant : KernelVariants()) {
+        if (variant.options.kernel == KernelId::kNaive || variant.options.kernel == KernelId::kBlocked)
+          continue;  // no bf16 row
+        SCOPED_TRACE(variant.name);
+        ForceDotPath(pair.emulated);
+        owned.ClearOutputs();
+        attention(owned.problem, variant.options);
+        const std::vector<float> out = owned.out, lse = owned.lse;
+        const std::vector<uint16_t> out16 = owned.out16;
+        ForceDotPath(pair.hardware);
+        owned.ClearOutputs();
+        attention(owned.problem, variant.options);
+        EXPECT_EQ(0, std::memcmp(out.data(), owned.out.data(), out.size() * sizeof(float)));
+        EXPECT_EQ(out16, owned.out16);
+        EXPECT_EQ(0, std::memcmp(lse.data(), owned.lse.data(), lse.size() * sizeof(float)));
+      }
     }
   }
 }
@@ -337,15 +352,17 @@ TEST(Bf16DotRounding, OptInRoundsFloat32AndF16InputsAsTheBf16ProblemOfTheirValue
 
 TEST(Bf16DotDispatch, ForcingNamesThePathAndBadNamesAreErrors) {
   PathGuard guard;
-  // The default: the fastest instruction that runs (AMX, then AVX512-BF16),
-  // else widen; never emulated.
+  // The default: the fastest instruction that runs (AMX, then AVX512-BF16;
+  // BFDOT on Arm), else widen; never emulated.
   const std::vector<std::string> supported = SupportedDotPaths();
   EXPECT_EQ(CurrentDotPath(), Has(supported, "amx")          ? "amx"
                               : Has(supported, "avx512bf16") ? "avx512bf16"
+                              : Has(supported, "bfdot")      ? "bfdot"
                                                              : "widen");
   EXPECT_TRUE(Has(supported, "widen"));
   EXPECT_TRUE(Has(supported, "avx512bf16-emulated"));
   EXPECT_TRUE(Has(supported, "amx-emulated"));
+  EXPECT_TRUE(Has(supported, "bfdot-emulated"));
   ForceDotPath("avx512bf16-emulated");
   EXPECT_EQ(CurrentDotPath(), "avx512bf16-emulated");
   try {
@@ -357,9 +374,13 @@ TEST(Bf16DotDispatch, ForcingNamesThePathAndBadNamesAreErrors) {
     EXPECT_NE(std::string(e.what()).find("amx-emulated"), std::string::npos) << e.what();
   }
   EXPECT_EQ(CurrentDotPath(), "avx512bf16-emulated");  // unchanged by the failed call
-  // The instructions need the AVX3 target (and the CPU's AVX512-BF16 / AMX).
+  // The instructions need the AVX3 target (and the CPU's AVX512-BF16 / AMX),
+  // BFDOT the NEON target and FEAT_BF16 (on aarch64, where NEON is the only
+  // target, it runs there: it is left out of the list).
   ForceTarget(SupportedTargets().back());  // the lowest supported target
-  for (const char* path : {"avx512bf16", "amx"}) {
+  std::vector<const char*> not_here = {"avx512bf16", "amx"};
+  if (CurrentTarget() != "NEON" || !Has(supported, "bfdot")) not_here.push_back("bfdot");
+  for (const char* path : not_here) {
     try {
       ForceDotPath(path);
       FAIL() << "no error for " << path << " on " << CurrentTarget();
@@ -393,6 +414,9 @@ TEST(Bf16DotDispatch, EachPathFamilyTakesOnlyItsOwnRows) {
                "bf16 AMX tiles (tdpbf16ps), P rounded to bf16");
   ForceDotPath("avx512bf16-emulated");
   EXPECT_STREQ(internal::ImplFor(KernelId::kStreaming, owned.problem, internal::ActiveDotPath()).path,
+               "bf16 dot products, P rounded to bf16");
+  ForceDotPath("bfdot-emulated");
+  EXPECT_STREQ(internal::ImplFor(KernelId::kParallel, owned.problem, internal::ActiveDotPath()).path,
                "bf16 dot products, P rounded to bf16");
   ForceDotPath("widen");
   EXPECT_STREQ(internal::ImplFor(KernelId::kStreaming, owned.problem, internal::ActiveDotPath()).path, "");

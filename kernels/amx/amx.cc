@@ -41,7 +41,7 @@ using Amx = EmulatedAmx;
 // (kernels/bf16dot/narrow-body.h: vdpbf16ps, or its emulation, with the
 // same arithmetic as the tiles: pairs summed in float32, P rounded to bf16).
 void AmxViewEmulated(const internal::HeadView& view, const Tiles& tiles) {
-  if (view.tq <= NarrowMaxRows()) return internal::Bf16DotTarget(false).run_view(view, tiles);
+  if (view.tq <= NarrowMaxRows()) return internal::Bf16DotTarget(internal::PairDotLayer::kAvx512Bf16Emulated).run_view(view, tiles);
   thread_local AmxScratch scratch;  // per thread (and target), across calls
   emulated::AmxHead(view, tiles, scratch);
 }
@@ -68,7 +68,7 @@ using Amx = HardwareAmx;
 }  // namespace hardware
 
 void AmxViewHardware(const internal::HeadView& view, const Tiles& tiles) {
-  if (view.tq <= NarrowMaxRows()) return internal::Bf16DotTarget(true).run_view(view, tiles);
+  if (view.tq <= NarrowMaxRows()) return internal::Bf16DotTarget(internal::PairDotLayer::kAvx512Bf16).run_view(view, tiles);
   thread_local AmxScratch scratch;
   hardware::AmxHead(view, tiles, scratch);
 }

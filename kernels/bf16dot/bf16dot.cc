@@ -1,9 +1,9 @@
 // The bf16 dot-product kernels' entry points: the streaming kernel and the
 // parallel kernel's per-view function over bf16 pairs (head-body.h, and
-// narrow-body.h for views of few rows), each
-// in two copies, over the emulated instruction layer on every Highway
-// target and over AVX512-BF16's vdpbf16ps on AVX3 (kernels/common/
-// bf16dot-inl.h). Which copy runs is decided once per call by dispatch
+// narrow-body.h for views of few rows), each in one copy per instruction
+// layer (kernels/common/bf16dot-inl.h): the emulations of vdpbf16ps and of
+// Arm's BFDOT on every Highway target, AVX512-BF16's vdpbf16ps on AVX3 and
+// BFDOT on NEON (aarch64). Which copy runs is decided once per call by dispatch
 // (dispatch/dot_path.cc: the kernel table's bf16 rows decline unless a
 // dot path is active), then one Highway dispatch picks the target.
 #undef HWY_TARGET_INCLUDE
@@ -35,10 +35,29 @@ using Dot = EmulatedBf16Dot;
 #include "kernels/bf16dot/head-body.h"  // NOLINT: included per layer
 }  // namespace emulated
 
+namespace arm_emulated {
+using Dot = EmulatedArmBfdot;
+#include "kernels/bf16dot/narrow-body.h"  // NOLINT: included per layer
+#include "kernels/bf16dot/head-body.h"  // NOLINT: included per layer
+}  // namespace arm_emulated
+
 void Bf16DotViewEmulated(const internal::HeadView& view, const Tiles& tiles) {
   thread_local Bf16DotScratch scratch;  // per thread (and target), across calls
   emulated::Bf16DotHead(view, tiles, scratch);
 }
+
+void Bf16DotViewArmEmulated(const internal::HeadView& view, const Tiles& tiles) {
+  thread_local Bf16DotScratch scratch;
+  arm_emulated::Bf16DotHead(view, tiles, scratch);
+}
+
+#ifndef ATTN_HAVE_ARM_BFDOT
+void Bf16DotViewArm(const internal::HeadView&, const Tiles&) {
+  // dispatch/dot_path.cc offers BFDOT only on aarch64's NEON target.
+  HWY_ABORT("attn: the Arm BFDOT layer is not compiled for target %s",
+            hwy::TargetName(HWY_TARGET));
+}
+#endif  // else defined in the +bf16 region below
 
 #ifndef ATTN_HAVE_AVX512BF16_DOT
 void Bf16DotViewHardware(const internal::HeadView&, const Tiles&) {
@@ -73,13 +92,40 @@ void Bf16DotViewHardware(const internal::HeadView& view, const Tiles& tiles) {
 HWY_POP_ATTRIBUTES
 #endif
 
+#ifdef ATTN_HAVE_ARM_BFDOT
+// The BFDOT copy, in the +bf16 region of bf16dot-inl.h.
+ATTN_BEGIN_ARM_BF16
+namespace attn {
+namespace HWY_NAMESPACE {
+namespace arm_hardware {
+using Dot = NeonBfdot;
+#include "kernels/bf16dot/narrow-body.h"  // NOLINT: included per layer
+#include "kernels/bf16dot/head-body.h"  // NOLINT: included per layer
+}  // namespace arm_hardware
+
+void Bf16DotViewArm(const internal::HeadView& view, const Tiles& tiles) {
+  thread_local Bf16DotScratch scratch;
+  arm_hardware::Bf16DotHead(view, tiles, scratch);
+}
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
+ATTN_END_ARM_BF16
+#endif
+
 HWY_BEFORE_NAMESPACE();
 namespace attn {
 namespace HWY_NAMESPACE {
 
-internal::ParallelTarget Bf16DotTargetImpl(bool hardware) {
-  return internal::ParallelTarget{int(PanelWidth()),
-                                  hardware ? &Bf16DotViewHardware : &Bf16DotViewEmulated};
+internal::ParallelTarget Bf16DotTargetImpl(internal::PairDotLayer layer) {
+  using L = internal::PairDotLayer;
+  void (*run)(const internal::HeadView&, const Tiles&) = &Bf16DotViewEmulated;
+  switch (layer) {
+    case L::kAvx512Bf16Emulated: run = &Bf16DotViewEmulated; break;
+    case L::kAvx512Bf16: run = &Bf16DotViewHardware; break;
+    case L::kArmBfdotEmulated: run = &Bf16DotViewArmEmulated; break;
+    case L::kArmBfdot: run = &Bf16DotViewArm; break;
+  }
+  return internal::ParallelTarget{int(PanelWidth()), run};
 }
 
 }  // namespace HWY_NAMESPACE
@@ -91,12 +137,21 @@ namespace attn {
 HWY_EXPORT(Bf16DotTargetImpl);
 
 namespace internal {
-ParallelTarget Bf16DotTarget(bool hardware) {
-  return HWY_DYNAMIC_DISPATCH(Bf16DotTargetImpl)(hardware);
+ParallelTarget Bf16DotTarget(PairDotLayer layer) {
+  return HWY_DYNAMIC_DISPATCH(Bf16DotTargetImpl)(layer);
 }
 
-void Bf16DotStreamingAttention(const Problem& p, const RunConfig& config, bool hardware) {
-  const ParallelTarget target = Bf16DotTarget(hardware);
+PairDotLayer PairDotLayerOf(DotPath path) {
+  switch (path) {
+    case DotPath::kAvx512Bf16: return PairDotLayer::kAvx512Bf16;
+    case DotPath::kArmBfdot: return PairDotLayer::kArmBfdot;
+    case DotPath::kArmBfdotEmulated: return PairDotLayer::kArmBfdotEmulated;
+    default: return PairDotLayer::kAvx512Bf16Emulated;
+  }
+}
+
+void Bf16DotStreamingAttention(const Problem& p, const RunConfig& config, PairDotLayer layer) {
+  const ParallelTarget target = Bf16DotTarget(layer);
   const HeadViews views(p, config.diag_shift);
   for (int64_t i = 0; i < views.size(); ++i) target.run_view(views[i], config.tiles);
 }

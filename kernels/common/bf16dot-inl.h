@@ -1,7 +1,8 @@
 // The bf16 pair dot product, the one instruction the bf16 dot-product
-// kernels (kernels/bf16dot/) are written against, in two implementations
-// with the same semantics, compiled once per Highway target (per-target
-// include guard below):
+// kernels (kernels/bf16dot/) are written against, for two instructions
+// (x86's vdpbf16ps, Arm's BFDOT), each in two implementations with the
+// same semantics, compiled once per Highway target (per-target include
+// guard below). x86 (AVX512-BF16):
 //
 //   PairDot(acc, a, b)[i] = (acc[i] + a.hi[i]·b.hi[i]) + a.lo[i]·b.lo[i]
 //
@@ -29,9 +30,32 @@
 //   its hardware kernels, and nothing else may call it: a CPU without
 //   AVX512-BF16 never reaches it (dispatch/dot_path.cc decides).
 //
-// The kernels use nothing else from either layer: packing, pair layouts,
-// tile loops and edges are the same code over both (tests/bf16dot_test.cc
-// compares the two bit for bit where the CPU has the instruction).
+// Arm (FEAT_BF16's BFDOT, with FPCR.EBF = 0 as Linux leaves it):
+//
+//   PairDot(acc, a, b)[i] = RO(acc[i] + RO(a.lo[i]·b.lo[i] + a.hi[i]·b.hi[i]))
+//
+// with RO float32 addition rounded to odd (the Arm ARM's BFDotAdd /
+// FPAdd_BF16: truncate toward zero, then set the last significand bit when
+// the sum was inexact), the products exact, subnormal inputs read as zero
+// and subnormal results flushed, whatever FPCR says.
+//
+// - EmulatedArmBfdot: portable Highway code for every target (so x86 runs
+//   the Arm path's kernels too), RO by TwoSum: s = x + y rounded to
+//   nearest and its exact error e; e = 0: s; otherwise the sum truncated is
+//   s, or s one ulp toward zero where e has the other sign (s was rounded
+//   away), and RO sets its last bit. tests/bf16dot_layer_test.cc checks it
+//   against a scalar model that adds under fesetround(FE_TOWARDZERO) and
+//   reads FE_INEXACT.
+// - NeonBfdot (NEON target on aarch64 only): vbfdotq_f32, compiled with
+//   +bf16 (ATTN_BEGIN_ARM_BF16 ... ATTN_END_ARM_BF16 around it and its
+//   callers); dispatch/dot_path.cc offers it only where getauxval(AT_HWCAP2)
+//   has HWCAP2_BF16. Tested against EmulatedArmBfdot bit for bit under
+//   qemu-aarch64 -cpu max (FEAT_BF16).
+//
+// The kernels use nothing else from these layers: packing, pair layouts,
+// tile loops and edges are the same code over all four (tests/
+// bf16dot_layer_test.cc compares hardware and emulation bit for bit where
+// the CPU has the instruction).
 #if defined(ATTN_KERNELS_COMMON_BF16DOT_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_KERNELS_COMMON_BF16DOT_INL_H_
 #undef ATTN_KERNELS_COMMON_BF16DOT_INL_H_
@@ -39,6 +63,7 @@
 #define ATTN_KERNELS_COMMON_BF16DOT_INL_H_
 #endif
 
+#include <math.h>
 #include <stdint.h>
 
 #include "hwy/highway.h"
@@ -81,9 +106,78 @@ struct EmulatedBf16Dot {
   }
 };
 
+// Arm's BFDOT (see the top of this file).
+struct EmulatedArmBfdot {
+  static constexpr bool kHardware = false;
+
+  // x + y rounded to odd, for x, y normal or zero. Where the rounded sum is
+  // not finite (overflow; the instruction's "_inf" rounding gives the
+  // infinity too) or NaN, it is returned as is.
+  static HWY_INLINE VPairF AddRoundToOdd(VPairF x, VPairF y) {
+    const DPairF df;
+    const DPairU du;
+    const VPairF s = hn::Add(x, y);
+    const VPairF y_part = hn::Sub(s, x);
+    const VPairF e = hn::Add(hn::Sub(x, hn::Sub(s, y_part)), hn::Sub(y, y_part));
+    const VPairU s_bits = hn::BitCast(du, s);
+    const VPairU sign = hn::Set(du, 0x80000000u);
+    const auto inexact = hn::RebindMask(du, hn::And(hn::Ne(e, hn::Zero(df)),
+                                                    hn::Lt(hn::Abs(s), hn::Set(df, HUGE_VALF))));
+    // Rounded away from zero: the error's sign is the other one.
+    const auto away =
+        hn::Ne(hn::And(hn::Xor(s_bits, hn::BitCast(du, e)), sign), hn::Zero(du));
+    const VPairU truncated = hn::IfThenElse(away, hn::Sub(s_bits, hn::Set(du, 1u)), s_bits);
+    const VPairU odd = hn::Or(truncated, hn::Set(du, 1u));
+    return hn::BitCast(df, hn::IfThenElse(inexact, odd, s_bits));
+  }
+
+  static HWY_INLINE VPairF PairDot(VPairF acc, VPairU a, VPairU b) {
+    const DPairF df;
+    const DPairU du;
+    using X = EmulatedBf16Dot;
+    const VPairU hi_bits = hn::Set(du, 0xFFFF0000u);
+    const VPairF a_hi = X::FlushSubnormal(hn::BitCast(df, hn::And(a, hi_bits)));
+    const VPairF b_hi = X::FlushSubnormal(hn::BitCast(df, hn::And(b, hi_bits)));
+    const VPairF a_lo = X::FlushSubnormal(hn::BitCast(df, hn::ShiftLeft<16>(a)));
+    const VPairF b_lo = X::FlushSubnormal(hn::BitCast(df, hn::ShiftLeft<16>(b)));
+    // Exact products (or flushed), then the two rounded-to-odd additions.
+    const VPairF pair = X::FlushSubnormal(AddRoundToOdd(
+        X::FlushSubnormal(hn::Mul(a_lo, b_lo)), X::FlushSubnormal(hn::Mul(a_hi, b_hi))));
+    return X::FlushSubnormal(AddRoundToOdd(X::FlushSubnormal(acc), pair));
+  }
+};
+
 }  // namespace HWY_NAMESPACE
 }  // namespace attn
 HWY_AFTER_NAMESPACE();
+
+#if HWY_TARGET == HWY_NEON && HWY_ARCH_ARM_A64 && defined(__GNUC__) && !defined(__clang__)
+// Arm's BFDOT itself, in a region compiled for armv8.2-a with FEAT_BF16
+// (only functions in it, reached where the CPU has FEAT_BF16, use it). As for AVX512-BF16,
+// callers must be defined in such a region too.
+#include <arm_neon.h>
+#define ATTN_HAVE_ARM_BFDOT 1
+// GCC's arm_neon.h defines the bf16 intrinsics for armv8.2-a+bf16, and
+// Highway's NEON functions carry +crypto (HWY_TARGET_STR): the region has
+// both, so that either inlines into it.
+#define ATTN_BEGIN_ARM_BF16 \
+  _Pragma("GCC push_options") _Pragma("GCC target(\"arch=armv8.2-a+crypto+bf16\")")
+#define ATTN_END_ARM_BF16 _Pragma("GCC pop_options")
+ATTN_BEGIN_ARM_BF16
+namespace attn {
+namespace HWY_NAMESPACE {
+struct NeonBfdot {
+  static constexpr bool kHardware = true;
+  static HWY_INLINE VPairF PairDot(VPairF acc, VPairU a, VPairU b) {
+    return VPairF{vbfdotq_f32(acc.raw, vreinterpretq_bf16_u32(a.raw), vreinterpretq_bf16_u32(b.raw))};
+  }
+};
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
+ATTN_END_ARM_BF16
+#else
+#undef ATTN_HAVE_ARM_BFDOT
+#endif
 
 #if HWY_TARGET == HWY_AVX3
 // The one piece of this file no CPU without AVX512-BF16 may run. It lives
