@@ -390,6 +390,14 @@ void ForceTarget(const std::string& name);
 //                          the default where it runs;
 //   "amx-emulated"         the AMX kernels over portable emulated tiles, on
 //                          any target and CPU; for tests, very slow.
+//   "bfdot"                Arm's BFDOT (NEON target on aarch64, a CPU with
+//                          FEAT_BF16): the kernels of "avx512bf16" with
+//                          each pair's two products summed, then added to
+//                          the accumulator, rounded to odd (the
+//                          instruction's); the default where it runs;
+//   "bfdot-emulated"       the same kernels over a portable emulation of
+//                          BFDOT, bit-exact on normal values, on any target
+//                          and CPU; for tests, slow.
 // Decode on avx512bf16 and amx: a GQA group's view (2 to 16 query heads of
 // one kv head) multiplies on bf16 pairs with vdpbf16ps (P rounded to bf16;
 // on amx too, whose 16-row tiles would be mostly padding); a view of one

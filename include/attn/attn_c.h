@@ -143,7 +143,7 @@ typedef struct attn_options_t {
    * bf16 dot-product paths (attn::Options::round_inputs_to_bf16); default 0. */
   int round_inputs_to_bf16;
   /** The bf16 dot-product path of this call (attn::Options::dot_path:
-   * "widen", "avx512bf16", "amx", "avx512bf16-emulated", ...; see
+   * "widen", "avx512bf16", "amx", "bfdot", "avx512bf16-emulated", ...; see
    * attn_force_dot_path); NULL or "": attn's choice. A name that cannot run
    * here fails the call with ATTN_INVALID_ARGUMENT. */
   const char* dot_path;
