@@ -3,7 +3,7 @@
 # kernel. Not run by .ci/run (each builds the library once more); see
 # docs/reliability.md.
 #
-#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads] [--keep]  (default: tail)
+#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag] [--keep]  (default: tail)
 #
 # tail    .ci/planted/tail-off-by-one.patch (issue 7): the tail block of
 #         ForEachRowBlock (kernels/common/microkernels-inl.h) gets one row
@@ -72,6 +72,11 @@
 #         major pages, whose kv heads run in one call, mix the wrong heads.
 #         Release build; tests/paged_test (float64 bound on every variant
 #         and target, and the token-major / head-major bits) must fail.
+# diag    .ci/planted/diag-shift-dropped.patch (issue 26): the serving
+#         executor (dispatch/serving_run.cc) runs each sub-problem (a row
+#         block, a key part) with its own diagonal instead of its
+#         sequence's (RunConfig::diag_shift 0), misplacing windows and ALiBi
+#         distances there. Release build; tests/varlen_test must fail.
 #
 # Each: copies the committed tree (git archive HEAD) to a temporary
 # directory, applies the patch there (never to the tree), builds the one
@@ -87,8 +92,8 @@ keep=0
 for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
-    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads) case=$arg ;;
-    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads] [--keep]" >&2; exit 2 ;;
+    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag) case=$arg ;;
+    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag] [--keep]" >&2; exit 2 ;;
   esac
 done
 configure=(-DCMAKE_BUILD_TYPE=Release)  # the README's build, unless the case says otherwise
@@ -113,6 +118,7 @@ case "$case" in
   split) patch=.ci/planted/panel-split-off-by-one.patch test=modifiers_test filter='Modifiers.EveryKernelAndTargetIsWithinTheNaiveBound' ;;
   q8) patch=.ci/planted/q8-scale-neighbour.patch test=q8_test filter='Combos/Q8Kernels.*' ;;
   heads) patch=.ci/planted/heads-v-offset-dropped.patch test=paged_test filter='Cases/PagedTest.*:Paged.TokenMajor*' ;;
+  diag) patch=.ci/planted/diag-shift-dropped.patch test=varlen_test filter='Cases/VarlenTest.*' ;;
   arm)
     patch=.ci/planted/fp16-sign-dropped.patch test=dtype_test filter='*'
     # Relative: cmake finds it in the copied source tree.
