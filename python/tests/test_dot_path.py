@@ -23,12 +23,14 @@ def restore():
 
 def test_names_and_the_default(restore):
     assert attn.dot_paths() == ["widen", "avx512bf16", "avx512bf16-emulated", "amx",
-                                "amx-emulated"]
+                                "amx-emulated", "bfdot", "bfdot-emulated"]
     supported = attn.supported_dot_paths()
-    assert {"widen", "avx512bf16-emulated", "amx-emulated"} <= set(supported)
+    # The emulations run everywhere; each instruction only on its own CPUs.
+    assert {"widen", "avx512bf16-emulated", "amx-emulated", "bfdot-emulated"} <= set(supported)
     # The default: the fastest instruction where it runs, never an emulation.
     assert attn.current_dot_path() == ("amx" if "amx" in supported else
-                                       "avx512bf16" if "avx512bf16" in supported else "widen")
+                                       "avx512bf16" if "avx512bf16" in supported else
+                                       "bfdot" if "bfdot" in supported else "widen")
     attn.force_dot_path("avx512bf16-emulated")
     assert attn.current_dot_path() == "avx512bf16-emulated"
     with pytest.raises(attn.Error, match="dot path must be one of"):
@@ -40,7 +42,7 @@ def test_names_and_the_default(restore):
 
 
 @pytest.mark.parametrize("path", ["widen", "avx512bf16-emulated", "avx512bf16", "amx-emulated",
-                                  "amx"])
+                                  "amx", "bfdot-emulated", "bfdot"])
 @pytest.mark.parametrize("kernel", ["streaming", "parallel", "auto"])
 @pytest.mark.parametrize("causal", [False, "top_left", "bottom_right"])
 def test_every_path_is_within_its_bound(rng, restore, path, kernel, causal):
@@ -61,7 +63,8 @@ def test_every_path_is_within_its_bound(rng, restore, path, kernel, causal):
             check(got, wrong, v, "f32", None if path == "widen" else abs_v)
 
 
-@pytest.mark.parametrize("path", ["avx512bf16-emulated", "amx-emulated", "avx512bf16", "amx"])
+@pytest.mark.parametrize("path", ["avx512bf16-emulated", "amx-emulated", "avx512bf16", "amx",
+                                  "bfdot-emulated", "bfdot"])
 @pytest.mark.parametrize("name", ["f32", "f16"])
 def test_round_inputs_to_bf16_is_the_bf16_problem_of_the_values(rng, restore, path, name):
     """Opting in rounds float32 / float16 inputs to bf16: the result is, bit
@@ -82,7 +85,7 @@ def test_round_inputs_to_bf16_is_the_bf16_problem_of_the_values(rng, restore, pa
 
 
 @pytest.mark.parametrize("path", ["widen", "avx512bf16-emulated", "amx-emulated", "avx512bf16",
-                                  "amx"])
+                                  "amx", "bfdot-emulated", "bfdot"])
 def test_the_dot_path_keyword_chooses_the_path_of_one_call(rng, restore, path):
     """dot_path= is the per-call form of force_dot_path: the same bits as the
     call under the forced path, and the process's path is left as it was."""
