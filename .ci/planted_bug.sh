@@ -3,7 +3,7 @@
 # kernel. Not run by .ci/run (each builds the library once more); see
 # docs/reliability.md.
 #
-#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag] [--keep]  (default: tail)
+#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline] [--keep]  (default: tail)
 #
 # tail    .ci/planted/tail-off-by-one.patch (issue 7): the tail block of
 #         ForEachRowBlock (kernels/common/microkernels-inl.h) gets one row
@@ -77,6 +77,11 @@
 #         block, a key part) with its own diagonal instead of its
 #         sequence's (RunConfig::diag_shift 0), misplacing windows and ALiBi
 #         distances there. Release build; tests/varlen_test must fail.
+# pipeline .ci/planted/pipeline-last-key-dropped.patch (issue 24): the
+#         decode path's pipelined walk (NarrowPipelinedKeys, kernels/
+#         streaming/narrow-inl.h) leaves each tile's last key out of the
+#         mix. Release build; tests/kernels_test (every kernel and target
+#         against the float64 bound) must fail on the one-row shapes.
 #
 # Each: copies the committed tree (git archive HEAD) to a temporary
 # directory, applies the patch there (never to the tree), builds the one
@@ -92,8 +97,8 @@ keep=0
 for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
-    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag) case=$arg ;;
-    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag] [--keep]" >&2; exit 2 ;;
+    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline) case=$arg ;;
+    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline] [--keep]" >&2; exit 2 ;;
   esac
 done
 configure=(-DCMAKE_BUILD_TYPE=Release)  # the README's build, unless the case says otherwise
@@ -119,6 +124,7 @@ case "$case" in
   q8) patch=.ci/planted/q8-scale-neighbour.patch test=q8_test filter='Combos/Q8Kernels.*' ;;
   heads) patch=.ci/planted/heads-v-offset-dropped.patch test=paged_test filter='Cases/PagedTest.*:Paged.TokenMajor*' ;;
   diag) patch=.ci/planted/diag-shift-dropped.patch test=varlen_test filter='Cases/VarlenTest.*' ;;
+  pipeline) patch=.ci/planted/pipeline-last-key-dropped.patch test=kernels_test filter='Shapes/KernelsTest.*' ;;
   arm)
     patch=.ci/planted/fp16-sign-dropped.patch test=dtype_test filter='*'
     # Relative: cmake finds it in the copied source tree.

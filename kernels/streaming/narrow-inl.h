@@ -99,6 +99,28 @@
 // the compute from cache well above the probe's rate (it is 1.7-1.9x for
 // 16 heads, ~1x for GQA), i.e. cheaper reductions and softmax per key, or
 // an overlap of memory and compute that none of the variants above gave.
+//
+// The pipelined walk (NarrowPipelines: one-row views, K and V of one 16- or
+// 32-bit type, whole V vectors; NarrowPipelinedKeys) is that overlap: tile
+// t's mix and tile t + 1's scores a key (four keys of scores) at a time, so
+// that the K and V streams both stay in flight, each requested 16 float32
+// rows' worth of bytes ahead. A standalone AVX2 loop of this shape on AMD
+// EPYC Zen 3 (16 heads x 32768 keys, d = 128, float32, medians of 9
+// alternated rounds against the best 4- or 8-stream plain read of the same
+// bytes) read at 0.85-0.90 of the plain read, the tiled K-then-V order at
+// 0.69-0.73. In the kernel (attn-bench streaming/decode Hq 16 Hkv 16 Tk
+// 32768 d 128, two binaries alternated three times, same Zen 3 VM under
+// outside load): float32 one thread 12.4-14.7 GB/s against 9.8-11.0 tiled
+// (bw_frac 0.64-0.72 against 0.44-0.54), bf16 10.0-14.5 against 8.6-9.9,
+// f16 10.2-10.4 against 9.3-10.1; two threads float32 15.8-23.6 against
+// 15.1-22.0, f16 18.9-19.2 against 15.3-16.7. Its results are the tiled
+// walk's bit for bit (tests/narrow_pipeline_test.cc), so every test of the
+// tiled walk holds for it. Scoring one key a step instead of four ran the
+// 16-bit rows 10-15% below the tiled walk (a lone FMA chain and a full
+// reduction per key); GQA groups pipelined lost for 16-bit types (see
+// NarrowPipelines). Not yet at 0.85 in the kernel: the remaining gap to
+// the standalone loop is the per-key work around the same arithmetic (the
+// score reduction, the row cursors, o loaded and stored per key).
 #if defined(ATTN_KERNELS_STREAMING_NARROW_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_KERNELS_STREAMING_NARROW_INL_H_
 #undef ATTN_KERNELS_STREAMING_NARROW_INL_H_
@@ -125,6 +147,7 @@
 #include "kernels/common/softmax-inl.h"  // ExpNonPositive, MarkHidden, FinishRow
 #include "kernels/common/widen-inl.h"    // LoadWide, WidenScalar, WithStorageType
 #include "kernels/kernel.h"
+#include "kernels/streaming/narrow_pipeline.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
@@ -176,13 +199,21 @@ class NarrowScratch {
     s_stride_ = RoundUp(kv_block, N);
     o_stride_ = RoundUp(dv, N);
     internal::GrowScratch(q_, q_size_, size_t(rows * q_stride_));
-    internal::GrowScratch(s_, s_size_, size_t(rows * s_stride_));
+    // Two score buffers: the pipelined walk (NarrowPipelinedTile) scores
+    // one tile while it mixes the previous one.
+    rows_ = rows;
+    score_buffer_ = 0;
+    internal::GrowScratch(s_, s_size_, size_t(2 * rows * s_stride_));
     internal::GrowScratch(o_, o_size_, size_t(rows * o_stride_));
     if (stats_.size() < size_t(rows)) stats_.resize(size_t(rows));
   }
   float* q(int64_t r) const { return q_.get() + r * q_stride_; }  // scaled query row
   // Scores / weights of row r: entry j is the tile's key j + score_at.
-  float* s(int64_t r) const { return s_.get() + r * s_stride_ + score_at_; }
+  float* s(int64_t r) const {
+    return s_.get() + (score_buffer_ * rows_ + r) * s_stride_ + score_at_;
+  }
+  // Which of the two score buffers s() gives (0 or 1).
+  void SetScoreBuffer(int64_t buffer) { score_buffer_ = buffer; }
   // The score and mix passes index their keys from 0; a tile made of
   // several runs of keys (KeyRun: a paged cache's pages) runs them once per
   // run, with the run's first key at tile position `at`.
@@ -196,6 +227,7 @@ class NarrowScratch {
   hwy::AlignedFreeUniquePtr<float[]> q_, s_, o_;
   size_t q_size_ = 0, s_size_ = 0, o_size_ = 0;
   int64_t q_stride_ = 0, s_stride_ = 0, o_stride_ = 0, score_at_ = 0;
+  int64_t rows_ = 0, score_buffer_ = 0;
   std::vector<NarrowRowStats> stats_;
   std::vector<NarrowChunk> chunks_;
 };
@@ -508,6 +540,32 @@ HWY_BEFORE_NAMESPACE();
 namespace attn {
 namespace HWY_NAMESPACE {
 
+// The scores of rows [row0, row0 + rows) for the tile's keys [j0, j0 +
+// keys) (in the current score buffer) made weights: soft-cap and ALiBi,
+// the mask, the causal limit and the window, then the online-softmax step.
+HWY_INLINE void NarrowSoftmaxTile(const internal::HeadView& h, NarrowScratch& scratch,
+                                  int64_t row0, int64_t rows, int64_t j0, int64_t keys,
+                                  NarrowRowStats* HWY_RESTRICT stats) {
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const bool modified = h.HasScoreModifiers();
+  for (int64_t r = row0; r < row0 + rows; ++r) {
+    float* HWY_RESTRICT s = scratch.s(r);
+    if (modified) ModifyRow(h, r, j0, keys, s);  // soft-cap, ALiBi
+    if (h.mask) {
+      const float* HWY_RESTRICT m = h.mask + r * h.mask_row_stride + j0 * h.mask_col_stride;
+      for (int64_t j = 0; j < keys; ++j) {
+        // Additive, as in the reference: NaN from K plus -inf stays NaN.
+        s[j] += m[j * h.mask_col_stride];
+      }
+    }
+    // Keys past this row's causal limit.
+    const int64_t visible = std::clamp<int64_t>(h.KeyEnd(r) - j0, 0, keys);
+    for (int64_t j = visible; j < keys; ++j) s[j] = neg_inf;
+    if (modified) WindowRow(h, r, j0, keys, s);
+    NarrowSoftmaxRow(s, keys, stats[r], scratch.o(r), h.dv);
+  }
+}
+
 // One tile of keys [j0, j0 + keys) for the R rows [row0, row0 + R) of a
 // view: scores, mask and causal limits, online softmax, mix. The tile's keys
 // are chunks[0 .. n_chunks) (one chunk unless the view's keys are in spans:
@@ -519,7 +577,6 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
                                 int64_t row0, int64_t j0, int64_t keys, int64_t key_end,
                                 const NarrowChunk* HWY_RESTRICT chunks, size_t n_chunks,
                                 NarrowRowStats* HWY_RESTRICT stats) {
-  const float neg_inf = -std::numeric_limits<float>::infinity();
   // The first group of the tile brings its K and V rows into the cache.
   const bool prefetch = row0 == 0;
   KeyPrefetcher k_prefetch(h, key_end);
@@ -549,23 +606,7 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
     }
   }
   scratch.SetScoreAt(0);
-  const bool modified = h.HasScoreModifiers();
-  for (int64_t r = row0; r < row0 + R; ++r) {
-    float* HWY_RESTRICT s = scratch.s(r);
-    if (modified) ModifyRow(h, r, j0, keys, s);  // soft-cap, ALiBi
-    if (h.mask) {
-      const float* HWY_RESTRICT m = h.mask + r * h.mask_row_stride + j0 * h.mask_col_stride;
-      for (int64_t j = 0; j < keys; ++j) {
-        // Additive, as in the reference: NaN from K plus -inf stays NaN.
-        s[j] += m[j * h.mask_col_stride];
-      }
-    }
-    // Keys past this row's causal limit.
-    const int64_t visible = std::clamp<int64_t>(h.KeyEnd(r) - j0, 0, keys);
-    for (int64_t j = visible; j < keys; ++j) s[j] = neg_inf;
-    if (modified) WindowRow(h, r, j0, keys, s);
-    NarrowSoftmaxRow(s, keys, stats[r], scratch.o(r), h.dv);
-  }
+  NarrowSoftmaxTile(h, scratch, row0, R, j0, keys, stats);
   for (size_t c = 0; c < n_chunks; ++c) {
     const NarrowChunk& ch = chunks[c];
     scratch.SetScoreAt(ch.at);
@@ -581,6 +622,138 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
     }
   }
   scratch.SetScoreAt(0);
+}
+
+// Whether a view takes the pipelined walk: one row (a decode query per
+// head), K and V of one 16- or 32-bit type (q8_0 has its own passes), and V
+// rows of whole vectors. Other views take the tiled walk (NarrowGroupTile).
+// A GQA group of 4 rows pipelined (its o rows loaded and stored per key, one
+// FMA chain per row and key) ran 16-bit decode at 0.28-0.30 of the probe
+// against 0.38-0.45 tiled, float32 about even (AMD EPYC Zen 3, attn-bench
+// streaming/decode Hq 32 Hkv 8), so groups stay tiled.
+HWY_INLINE bool NarrowPipelines(const internal::HeadView& h) {
+  const int64_t N = int64_t(hn::Lanes(DF()));
+  return internal::NarrowPipelineAllowed().load(std::memory_order_relaxed) && h.tq == 1 &&
+         h.k_type == h.v_type && h.k_type != DType::kQ8_0 && h.dv % N == 0;
+}
+
+// The rows of a view's keys in increasing order, one a step, K's or V's,
+// across the view's runs (a paged cache's pages: RunAt) or along its stride.
+class KeyRowCursor {
+ public:
+  KeyRowCursor(const internal::HeadView& h, bool values) : h_(&h), values_(values) {
+    step_ = values ? internal::BytesOf(h.v_type, h.v_stride)
+                   : internal::BytesOf(h.k_type, h.k_stride);
+  }
+  void Seek(int64_t key) {
+    key_ = key;
+    left_ = 0;
+  }
+  int64_t key() const { return key_; }
+  // Whether keys key() .. key() + n - 1 are contiguous at the row stride.
+  HWY_INLINE bool Contiguous(int64_t n) {
+    Load();
+    return left_ >= n;
+  }
+  // The row of key(); then key() moves on n keys (n <= 1, or Contiguous(n)).
+  HWY_INLINE const char* Next(int64_t n = 1) {
+    Load();
+    const char* row = row_;
+    row_ += n * step_;
+    left_ -= n;
+    key_ += n;
+    return row;
+  }
+
+ private:
+  HWY_INLINE void Load() {
+    if (left_ > 0) return;
+    const internal::KeyRun run = h_->RunAt(key_, &hint_);
+    row_ = static_cast<const char*>(values_ ? run.v : run.k);
+    left_ = run.keys;
+  }
+
+  const internal::HeadView* h_;
+  bool values_;
+  const char* row_ = nullptr;
+  int64_t step_ = 0, key_ = 0, left_ = 0, hint_ = 0;
+};
+
+// o(r) += p(r)[j]·V_j for the rows r < R that see key j (weights in p, the
+// previous tile's buffer), one vector of columns at a time: per column the
+// same fused multiply-adds in the same key order as NarrowMixChunk, so the
+// two mixes give the same bits.
+template <int R, typename TV>
+HWY_INLINE void NarrowMixKey(float* const* HWY_RESTRICT o, const float* const* HWY_RESTRICT p,
+                             int64_t j, const TV* HWY_RESTRICT vj, int64_t vectors) {
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  bool seen[R];
+  VF w[R];
+  bool any = false;
+  for (int r = 0; r < R; ++r) {
+    seen[r] = !IsHiddenWeight(p[r][j]);
+    any |= seen[r];
+    w[r] = hn::Set(df, p[r][j]);
+  }
+  if (!any) return;
+  for (int64_t n = 0; n < vectors; ++n) {
+    const VF vv = LoadWide(df, vj + n * N);
+    for (int r = 0; r < R; ++r) {
+      if (!seen[r]) continue;
+      float* HWY_RESTRICT on = o[r] + n * N;
+      hn::Store(hn::MulAdd(w[r], vv, hn::Load(df, on)), df, on);
+    }
+  }
+}
+
+// One step of the pipelined walk for a view of R <= kNarrowGroupRows rows:
+// the mix of the current tile's `keys` keys (weights in score buffer `cur`)
+// and the scores of the next tile's `next_keys` keys (into buffer 1 - cur),
+// a key of each in turn. Each of K and V is one sequential stream, read a
+// row at a time beside the other, with both requested a fixed number of
+// bytes ahead (k_ahead, v_ahead: cursors that many keys on).
+template <int R, typename TK, typename TV>
+HWY_INLINE void NarrowPipelinedKeys(const internal::HeadView& h, NarrowScratch& scratch,
+                                    int64_t cur, int64_t keys, int64_t next_keys,
+                                    int64_t key_end, KeyRowCursor& k_rows,
+                                    KeyRowCursor& v_rows, KeyRowCursor& k_ahead,
+                                    KeyRowCursor& v_ahead) {
+  const int64_t vectors = h.dv / int64_t(hn::Lanes(DF()));
+  float* o[R];
+  const float* p[R];
+  scratch.SetScoreBuffer(cur);
+  for (int r = 0; r < R; ++r) {
+    o[r] = scratch.o(r);
+    p[r] = scratch.s(r);
+  }
+  scratch.SetScoreBuffer(1 - cur);
+  // KB keys scored a step, four dot products at a time for the horizontal
+  // sums (SumFourPerBlock): one key a step ran 16-bit decode 10-15% slower
+  // than the tiled walk, its single FMA chain and reduction per key
+  // exposed (AMD EPYC Zen 3).
+  constexpr int KB = R == 1 ? 4 : R == 2 ? 2 : 1;
+  const int64_t steps = std::max(keys, next_keys);
+  for (int64_t j = 0; j < steps;) {
+    const bool block = j + KB <= next_keys && k_rows.Contiguous(KB);
+    const int64_t n = block ? KB : 1;
+    if (j < next_keys) {
+      for (int64_t i = 0; i < n && k_ahead.key() < key_end; ++i) {
+        PrefetchRows(k_ahead.Next(), h.k_type, 0, 1, h.d);
+      }
+      const TK* HWY_RESTRICT k = reinterpret_cast<const TK*>(k_rows.Next(n));
+      if (block) {
+        NarrowScoreBlock<R, KB>(scratch, 0, h.d, k, h.k_stride, j);
+      } else {
+        NarrowScoreBlock<R, 1>(scratch, 0, h.d, k, h.k_stride, j);
+      }
+    }
+    for (int64_t i = j; i < std::min(j + n, keys); ++i) {
+      if (v_ahead.key() < key_end) PrefetchRows(v_ahead.Next(), h.v_type, 0, 1, h.dv);
+      NarrowMixKey<R>(o, p, i, reinterpret_cast<const TV*>(v_rows.Next()), vectors);
+    }
+    j += n;
+  }
 }
 
 // Row r of the view's output and lse from its unnormalised output o and
@@ -608,7 +781,8 @@ HWY_INLINE void FinishNarrowRow(const internal::HeadView& h, int64_t r,
 class NarrowWalk {
  public:
   NarrowWalk(const internal::HeadView& h, const Tiles& tiles, NarrowScratch& scratch)
-      : h_(h), scratch_(scratch) {
+      : h_(h), scratch_(scratch), k_rows_(h, false), v_rows_(h, true), k_ahead_(h, false),
+        v_ahead_(h, true) {
     const int64_t rows = h.tq;
     // The mix walks the tile's V rows once per column chunk: the tile must
     // stay in L1 (16 KiB of V, in V's own element type: a 16-bit V fits
@@ -631,12 +805,14 @@ class NarrowWalk {
     // are never read: a windowed decode reads the window's keys only.
     key_end_ = h.VisibleEnd(rows - 1);
     j0_ = h.KeyBegin(0);
+    pipelined_ = NarrowPipelines(h);
   }
 
-  bool Done() const { return j0_ >= key_end_; }
+  bool Done() const { return primed_ ? keys_ == 0 : j0_ >= key_end_; }
 
   // The next tile of keys, for every row group.
   void Tile() {
+    if (pipelined_) return PipelinedTile();
     const internal::HeadView& h = h_;
     const int64_t j0 = j0_, keys = std::min(kv_block_, key_end_ - j0);
     // The tile's runs of contiguous keys: one for strided keys; with spans
@@ -681,9 +857,55 @@ class NarrowWalk {
   }
 
  private:
+  // The pipelined walk (NarrowPipelinedKeys): tile t's mix beside tile t +
+  // 1's scores, then tile t + 1's softmax step, which rescales o only after
+  // tile t is mixed into it: the operations of the tiled walk in the same
+  // order per row and column, so the same bits.
+  void PipelinedTile() {
+    const internal::HeadView& h = h_;
+    NarrowRowStats* HWY_RESTRICT stats = scratch_.stats();
+    if (!primed_) {  // the first tile's scores alone
+      primed_ = true;
+      keys_ = std::min(kv_block_, key_end_ - j0_);
+      k_rows_.Seek(j0_);
+      v_rows_.Seek(j0_);
+      k_ahead_.Seek(j0_ + KeyPrefetchDistance(h.k_type));
+      v_ahead_.Seek(j0_ + KeyPrefetchDistance(h.v_type));
+      Pipelined(1, 0, keys_);
+      scratch_.SetScoreBuffer(cur_);
+      NarrowSoftmaxTile(h, scratch_, 0, h.tq, j0_, keys_, stats);
+    }
+    const int64_t next_j0 = j0_ + keys_;
+    const int64_t next_keys = std::min(kv_block_, key_end_ - next_j0);
+    Pipelined(cur_, keys_, next_keys);
+    cur_ = 1 - cur_;
+    if (next_keys > 0) {
+      scratch_.SetScoreBuffer(cur_);
+      NarrowSoftmaxTile(h, scratch_, 0, h.tq, next_j0, next_keys, stats);
+    }
+    scratch_.SetScoreBuffer(0);
+    j0_ = next_j0;
+    keys_ = next_keys;
+  }
+
+  // Mix `keys` keys from buffer `cur` beside scoring `next_keys` into the other.
+  void Pipelined(int64_t cur, int64_t keys, int64_t next_keys) {
+    // NarrowPipelines admits one row, and K and V of one type.
+    WithStorageType(h_.k_type, [&](auto tag) {
+      using T = decltype(tag);
+      NarrowPipelinedKeys<1, T, T>(h_, scratch_, cur, keys, next_keys, key_end_, k_rows_, v_rows_,
+                                   k_ahead_, v_ahead_);
+    });
+  }
+
   const internal::HeadView& h_;
   NarrowScratch& scratch_;
   int64_t kv_block_ = 1, key_end_ = 0, j0_ = 0, hint_ = 0;
+  // The pipelined walk's state: the tile at j0_ has keys_ keys, scored and
+  // made weights in buffer cur_ once primed_.
+  bool pipelined_ = false, primed_ = false;
+  int64_t keys_ = 0, cur_ = 0;
+  KeyRowCursor k_rows_, v_rows_, k_ahead_, v_ahead_;
 };
 
 // Views of up to NarrowMaxRows() rows: normalised output and lse.

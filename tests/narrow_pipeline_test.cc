@@ -1,0 +1,141 @@
+// The narrow path's pipelined walk (kernels/streaming/narrow-inl.h
+// NarrowPipelines: one query row, K and V of one 16- or 32-bit type, V rows
+// of whole vectors) against its tiled walk, the simple formulation it
+// reorders: the same operations in the same order per row and column, so the
+// same bits, on every target, kernel and tile size, with masks, causal
+// limits, fully masked rows and non-finite values. Both walks are also held
+// to the float64 bound by kernels_test, dtype_test and the serving tests,
+// where the pipelined walk is the default.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "attn/attn.h"
+#include "kernels/streaming/narrow_pipeline.h"
+#include "tests/test_util.h"
+
+namespace attn::test {
+namespace {
+
+// Outputs and lse of one call, as bits.
+struct Bits {
+  std::vector<uint32_t> out, lse;
+};
+
+Bits RunWalk(OwnedProblem& o, const Options& options, bool pipelined) {
+  internal::NarrowPipelineAllowed().store(pipelined);
+  o.ClearOutputs();
+  attention(o.problem, options);
+  internal::NarrowPipelineAllowed().store(true);
+  Bits b;
+  b.out.resize(o.out.size());
+  std::memcpy(b.out.data(), o.out.data(), o.out.size() * sizeof(float));
+  b.lse.resize(o.lse.size());
+  std::memcpy(b.lse.data(), o.lse.data(), o.lse.size() * sizeof(float));
+  return b;
+}
+
+std::vector<Shape> DecodeShapes() {
+  std::vector<Shape> shapes;
+  uint64_t seed = 11;
+  for (DType kv : {DType::kF32, DType::kBF16, DType::kF16}) {
+    // tk: one key, fewer than a score block (4), a few ragged tiles, many
+    // tiles; d ragged (40: a scalar tail in each dot product) and whole.
+    for (int64_t tk : {1, 3, 37, 300, 1100}) {
+      for (int64_t d : {40, 64}) {
+        Shape s;
+        s.batch = 2;
+        s.q_heads = s.kv_heads = 3;
+        s.tq = 1;
+        s.tk = tk;
+        s.d = d;
+        s.dv = 32;
+        s.k_type = s.v_type = kv;
+        s.seed = seed++;
+        s.causal = tk % 2 ? Causal::kBottomRight : Causal::kNone;
+        s.additive_mask = tk >= 37;  // some -inf entries: hidden keys skipped in the mix
+        s.magnitude = d == 64 ? 3.0f : 1.0f;
+        shapes.push_back(s);
+      }
+    }
+    Shape masked;  // a row that sees no key: output 0, lse -inf
+    masked.q_heads = masked.kv_heads = 2;
+    masked.tk = 50;
+    masked.d = masked.dv = 64;
+    masked.k_type = masked.v_type = kv;
+    masked.additive_mask = true;
+    masked.fully_masked_rows = 1;
+    masked.seed = seed++;
+    shapes.push_back(masked);
+  }
+  return shapes;
+}
+
+std::vector<Variant> Variants() {
+  Tiles ragged;
+  ragged.q_block = 1;
+  ragged.kv_block = 7;
+  Tiles one;
+  one.kv_block = 1;
+  return {MakeVariant("streaming", KernelId::kStreaming, 1),
+          MakeVariant("streaming/kv7", KernelId::kStreaming, 1, ragged),
+          MakeVariant("streaming/kv1", KernelId::kStreaming, 1, one),
+          MakeVariant("parallel/t2", KernelId::kParallel, 2),
+          MakeVariant("parallel/t2/kv7", KernelId::kParallel, 2, ragged)};
+}
+
+TEST(NarrowPipeline, EqualsTheTiledWalkBitForBit) {
+  for (const Shape& shape : DecodeShapes()) {
+    SCOPED_TRACE(shape.Name());
+    OwnedProblem o = MakeProblem(shape);
+    for (const std::string& target : SupportedTargets()) {
+      ForceTarget(target);
+      for (const Variant& v : Variants()) {
+        SCOPED_TRACE(target + " " + v.name);
+        const Bits tiled = RunWalk(o, v.options, false);
+        const Bits pipelined = RunWalk(o, v.options, true);
+        ASSERT_EQ(tiled.out, pipelined.out);
+        ASSERT_EQ(tiled.lse, pipelined.lse);
+      }
+    }
+    ForceTarget("auto");
+  }
+}
+
+// NaN and infinity in K and V: a NaN score makes the row NaN, an infinite
+// V at a hidden key is never read, as in the tiled walk.
+TEST(NarrowPipeline, NonFiniteInputsGiveTheTiledWalksBits) {
+  Shape s;
+  s.q_heads = s.kv_heads = 2;
+  s.tk = 90;
+  s.d = s.dv = 64;
+  s.additive_mask = true;
+  s.seed = 5;
+  OwnedProblem o = MakeProblem(s);
+  const float inf = std::numeric_limits<float>::infinity();
+  // Head 0: NaN in one K row; head 1: +inf in a V row (key 70), hidden from
+  // the row by the mask.
+  o.k[10 * s.d + 3] = std::nanf("");
+  o.v[(s.tk + 70) * s.dv + 5] = inf;
+  o.mask[70] = -inf;  // one mask row, broadcast over the heads
+  for (const std::string& target : SupportedTargets()) {
+    ForceTarget(target);
+    for (const Variant& v : Variants()) {
+      SCOPED_TRACE(target + " " + v.name);
+      const Bits tiled = RunWalk(o, v.options, false);
+      const Bits pipelined = RunWalk(o, v.options, true);
+      ASSERT_EQ(tiled.out, pipelined.out);
+      ASSERT_EQ(tiled.lse, pipelined.lse);
+      EXPECT_TRUE(std::isnan(o.out[0]));              // head 0 saw the NaN
+      EXPECT_TRUE(std::isfinite(o.out[s.dv + 5]));    // head 1 never read the inf
+    }
+  }
+  ForceTarget("auto");
+}
+
+}  // namespace
+}  // namespace attn::test
