@@ -118,9 +118,17 @@
 // tiled walk holds for it. Scoring one key a step instead of four ran the
 // 16-bit rows 10-15% below the tiled walk (a lone FMA chain and a full
 // reduction per key); GQA groups pipelined lost for 16-bit types (see
-// NarrowPipelines). Not yet at 0.85 in the kernel: the remaining gap to
-// the standalone loop is the per-key work around the same arithmetic (the
-// score reduction, the row cursors, o loaded and stored per key).
+// NarrowPipelines). Mixing 4 keys a pass (kNarrowPipelineStep: o loaded
+// and stored once per 4 keys, not per key) then ran 16 heads of bf16 at
+// 12.7-13.9 GB/s against 9.9-12.3 and f16 at 14.1-14.4 against 11.4-13.1
+// (same Zen 3 VM, builds alternated three times, T_k = 32768, bw_frac
+// 0.61-0.70 for 16-bit); float32, whose rows are two column chunks, at
+// 11.7-13.2 against 13.2, so it mixes a key at a time as before (then
+// 13.7-14.6 against 12.5-15.4, the 16-bit rows 11.0-14.6 against 9.8-12.2
+// in two more alternated rounds, read probe 20.2-24.3 GB/s). Not yet
+// at 0.85 in the kernel: the remaining gap to the standalone loop is the
+// per-key work around the same arithmetic (the score reduction and
+// softmax, the row cursors and prefetch requests).
 #if defined(ATTN_KERNELS_STREAMING_NARROW_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_KERNELS_STREAMING_NARROW_INL_H_
 #undef ATTN_KERNELS_STREAMING_NARROW_INL_H_
@@ -415,68 +423,91 @@ HWY_INLINE void NarrowScoreTile(const NarrowScratch& scratch, int64_t row0, int6
   for (; j < keys; ++j) NarrowScoreBlock<R, 1>(scratch, row0, d, k + j * k_stride, k_stride, j);
 }
 
-// o(r)[c0 + n·N + lane] += Σ_j p(r)[j]·V[j][c0 + ...] for CV whole vectors of
-// columns. With kSkipHidden (the tile has a hidden key somewhere), a row
-// whose weight is -0 skips the key (see the file comment); otherwise there
-// is no branch in the loop.
+// o[r][c0 + n·N + lane] += Σ_j p[r][j]·V[j][c0 + ...] for CV whole vectors
+// of columns (o, p: R rows' accumulators and weights). With kSkipHidden
+// (the keys include a hidden one somewhere), a row whose weight is -0 skips
+// the key (see the file comment); otherwise there is no branch in the loop.
 template <int R, int CV, bool kSkipHidden, typename TV>
-HWY_INLINE void NarrowMixChunk(const NarrowScratch& scratch, int64_t row0, int64_t keys,
-                               const TV* HWY_RESTRICT v, int64_t v_stride, int64_t c0) {
+HWY_INLINE void NarrowMixChunk(float* const* HWY_RESTRICT o, const float* const* HWY_RESTRICT p,
+                               int64_t keys, const TV* HWY_RESTRICT v, int64_t v_stride,
+                               int64_t c0) {
   const DF df;
   const int64_t N = int64_t(hn::Lanes(df));
   VF acc[R][CV];
   for (int r = 0; r < R; ++r)
-    for (int n = 0; n < CV; ++n) acc[r][n] = hn::Load(df, scratch.o(row0 + r) + c0 + n * N);
+    for (int n = 0; n < CV; ++n) acc[r][n] = hn::Load(df, o[r] + c0 + n * N);
   for (int64_t j = 0; j < keys; ++j) {
     const TV* HWY_RESTRICT vj = v + j * v_stride + c0;
     VF vv[CV];
     for (int n = 0; n < CV; ++n) vv[n] = LoadWide(df, vj + n * N);
     for (int r = 0; r < R; ++r) {
-      const float p = scratch.s(row0 + r)[j];
-      if (kSkipHidden && IsHiddenWeight(p)) continue;
-      const VF pb = hn::Set(df, p);
+      const float w = p[r][j];
+      if (kSkipHidden && IsHiddenWeight(w)) continue;
+      const VF pb = hn::Set(df, w);
       for (int n = 0; n < CV; ++n) acc[r][n] = hn::MulAdd(pb, vv[n], acc[r][n]);
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int n = 0; n < CV; ++n) hn::Store(acc[r][n], df, scratch.o(row0 + r) + c0 + n * N);
+    for (int n = 0; n < CV; ++n) hn::Store(acc[r][n], df, o[r] + c0 + n * N);
 }
 
 template <int R, int CV, bool kSkipHidden, typename TV>
-HWY_INLINE void NarrowMixChunkN(int64_t vectors, const NarrowScratch& scratch, int64_t row0,
-                                int64_t keys,
+HWY_INLINE void NarrowMixChunkN(int64_t vectors, float* const* HWY_RESTRICT o,
+                                const float* const* HWY_RESTRICT p, int64_t keys,
                                 const TV* HWY_RESTRICT v, int64_t v_stride, int64_t c0) {
   if constexpr (CV > 0) {
-    if (vectors == CV) return NarrowMixChunk<R, CV, kSkipHidden>(scratch, row0, keys, v, v_stride, c0);
-    NarrowMixChunkN<R, CV - 1, kSkipHidden>(vectors, scratch, row0, keys, v, v_stride, c0);
+    if (vectors == CV) return NarrowMixChunk<R, CV, kSkipHidden>(o, p, keys, v, v_stride, c0);
+    NarrowMixChunkN<R, CV - 1, kSkipHidden>(vectors, o, p, keys, v, v_stride, c0);
   }
 }
 
-// o(r) += P·V for one tile: column chunks of CV vectors (R·CV accumulators),
-// the ragged columns past the last whole vector in scalar code.
+// Vectors of columns a mix pass for R rows: R·CV accumulators + CV V
+// vectors; with 32 registers a 4-row group mixes 4 vectors a pass, so a
+// tile's V rows are loaded (and a 16-bit V widened) half as often as with 2.
+template <int R>
+constexpr int NarrowMixVectors() {
+  return kNarrowWideRegisters ? (R == 1 ? 8 : R == 2 ? 8 : 4) : (R == 1 ? 8 : R == 2 ? 4 : 2);
+}
+
+// o[r] += Σ_{j < keys} p[r][j]·V_j over the whole vectors of V's columns
+// (`vectors` of them), in column chunks of NarrowMixVectors<R>() vectors:
+// per column the fused multiply-adds of the keys in order, hidden weights
+// skipped, whatever the number of keys, so mixing a tile in one call or in
+// several calls over consecutive keys gives the same bits.
 template <int R, typename TV>
-HWY_INLINE void NarrowMixTile(const NarrowScratch& scratch, int64_t row0, int64_t keys,
-                              const TV* HWY_RESTRICT v, int64_t v_stride, int64_t dv) {
-  // R·CV accumulators + CV V vectors; with 32 registers a 4-row group mixes
-  // 4 vectors a pass, so a tile's V rows are loaded (and a 16-bit V widened)
-  // half as often as with 2.
-  constexpr int CV = kNarrowWideRegisters ? (R == 1 ? 8 : R == 2 ? 8 : 4)
-                                          : (R == 1 ? 8 : R == 2 ? 4 : 2);
+HWY_INLINE void NarrowMixKeys(float* const* HWY_RESTRICT o, const float* const* HWY_RESTRICT p,
+                              int64_t keys, const TV* HWY_RESTRICT v, int64_t v_stride,
+                              int64_t vectors) {
+  constexpr int CV = NarrowMixVectors<R>();
   const int64_t N = int64_t(hn::Lanes(DF()));
-  const int64_t vectors = dv / N;
   bool any_hidden = false;
   for (int r = 0; r < R; ++r) {
-    const float* HWY_RESTRICT p = scratch.s(row0 + r);
-    for (int64_t j = 0; j < keys; ++j) any_hidden |= IsHiddenWeight(p[j]);
+    for (int64_t j = 0; j < keys; ++j) any_hidden |= IsHiddenWeight(p[r][j]);
   }
   for (int64_t n0 = 0; n0 < vectors; n0 += CV) {
     const int64_t chunk = std::min<int64_t>(CV, vectors - n0);
     if (any_hidden) {
-      NarrowMixChunkN<R, CV, true>(chunk, scratch, row0, keys, v, v_stride, n0 * N);
+      NarrowMixChunkN<R, CV, true>(chunk, o, p, keys, v, v_stride, n0 * N);
     } else {
-      NarrowMixChunkN<R, CV, false>(chunk, scratch, row0, keys, v, v_stride, n0 * N);
+      NarrowMixChunkN<R, CV, false>(chunk, o, p, keys, v, v_stride, n0 * N);
     }
   }
+}
+
+// o(r) += P·V for one tile: NarrowMixKeys over the whole vectors of
+// columns, the ragged columns past the last whole vector in scalar code.
+template <int R, typename TV>
+HWY_INLINE void NarrowMixTile(const NarrowScratch& scratch, int64_t row0, int64_t keys,
+                              const TV* HWY_RESTRICT v, int64_t v_stride, int64_t dv) {
+  const int64_t N = int64_t(hn::Lanes(DF()));
+  const int64_t vectors = dv / N;
+  float* o[R];
+  const float* p[R];
+  for (int r = 0; r < R; ++r) {
+    o[r] = scratch.o(row0 + r);
+    p[r] = scratch.s(row0 + r);
+  }
+  NarrowMixKeys<R>(o, p, keys, v, v_stride, vectors);
   for (int64_t c = vectors * N; c < dv; ++c) {
     for (int r = 0; r < R; ++r) {
       const float* HWY_RESTRICT p = scratch.s(row0 + r);
@@ -630,7 +661,12 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
 // A GQA group of 4 rows pipelined (its o rows loaded and stored per key, one
 // FMA chain per row and key) ran 16-bit decode at 0.28-0.30 of the probe
 // against 0.38-0.45 tiled, float32 about even (AMD EPYC Zen 3, attn-bench
-// streaming/decode Hq 32 Hkv 8), so groups stay tiled.
+// streaming/decode Hq 32 Hkv 8). With o loaded and stored once per 4 keys
+// (kNarrowPipelineStep, NarrowMixKeys) and 2 keys a score block, 4-row
+// groups pipelined ran within the noise of tiled (same VM, two binaries
+// alternated four times, T_k = 32768: float32 8.7-11.1 GB/s against
+// 8.9-10.0, f16 6.7-9.5 against 7.6-9.7, bf16 6.4-7.6 against 7.1-9.0), so
+// groups stay tiled.
 HWY_INLINE bool NarrowPipelines(const internal::HeadView& h) {
   const int64_t N = int64_t(hn::Lanes(DF()));
   return internal::NarrowPipelineAllowed().load(std::memory_order_relaxed) && h.tq == 1 &&
@@ -679,40 +715,20 @@ class KeyRowCursor {
   int64_t step_ = 0, key_ = 0, left_ = 0, hint_ = 0;
 };
 
-// o(r) += p(r)[j]·V_j for the rows r < R that see key j (weights in p, the
-// previous tile's buffer), one vector of columns at a time: per column the
-// same fused multiply-adds in the same key order as NarrowMixChunk, so the
-// two mixes give the same bits.
-template <int R, typename TV>
-HWY_INLINE void NarrowMixKey(float* const* HWY_RESTRICT o, const float* const* HWY_RESTRICT p,
-                             int64_t j, const TV* HWY_RESTRICT vj, int64_t vectors) {
-  const DF df;
-  const int64_t N = int64_t(hn::Lanes(df));
-  bool seen[R];
-  VF w[R];
-  bool any = false;
-  for (int r = 0; r < R; ++r) {
-    seen[r] = !IsHiddenWeight(p[r][j]);
-    any |= seen[r];
-    w[r] = hn::Set(df, p[r][j]);
-  }
-  if (!any) return;
-  for (int64_t n = 0; n < vectors; ++n) {
-    const VF vv = LoadWide(df, vj + n * N);
-    for (int r = 0; r < R; ++r) {
-      if (!seen[r]) continue;
-      float* HWY_RESTRICT on = o[r] + n * N;
-      hn::Store(hn::MulAdd(w[r], vv, hn::Load(df, on)), df, on);
-    }
-  }
-}
+// Keys a step of the pipelined walk: S keys of the next tile scored (in
+// score blocks of min(S, NarrowKeysPerBlock<R>()) keys), then S keys of the
+// current one mixed, in one pass where a V row is one column chunk
+// (NarrowMixKeys: o loaded and stored once per S keys rather than per key).
+constexpr int64_t kNarrowPipelineStep = 4;
 
 // One step of the pipelined walk for a view of R <= kNarrowGroupRows rows:
 // the mix of the current tile's `keys` keys (weights in score buffer `cur`)
 // and the scores of the next tile's `next_keys` keys (into buffer 1 - cur),
-// a key of each in turn. Each of K and V is one sequential stream, read a
-// row at a time beside the other, with both requested a fixed number of
-// bytes ahead (k_ahead, v_ahead: cursors that many keys on).
+// kNarrowPipelineStep keys of each in turn (one key of each where a run of
+// keys, e.g. a page, or a tile ends within the step). Each of K and V is one
+// sequential stream, read a few rows at a time beside the other, with both
+// requested a fixed number of bytes ahead (k_ahead, v_ahead: cursors that
+// many keys on).
 template <int R, typename TK, typename TV>
 HWY_INLINE void NarrowPipelinedKeys(const internal::HeadView& h, NarrowScratch& scratch,
                                     int64_t cur, int64_t keys, int64_t next_keys,
@@ -728,29 +744,51 @@ HWY_INLINE void NarrowPipelinedKeys(const internal::HeadView& h, NarrowScratch& 
     p[r] = scratch.s(r);
   }
   scratch.SetScoreBuffer(1 - cur);
-  // KB keys scored a step, four dot products at a time for the horizontal
-  // sums (SumFourPerBlock): one key a step ran 16-bit decode 10-15% slower
-  // than the tiled walk, its single FMA chain and reduction per key
+  constexpr int64_t S = kNarrowPipelineStep;
+  // Four dot products at a time for the horizontal sums (SumFourPerBlock)
+  // where the registers allow: one key a step ran 16-bit decode 10-15%
+  // slower than the tiled walk, its single FMA chain and reduction per key
   // exposed (AMD EPYC Zen 3).
-  constexpr int KB = R == 1 ? 4 : R == 2 ? 2 : 1;
+  constexpr int KB = std::min<int>(int(S), NarrowKeysPerBlock<R>());
+  static_assert(S % KB == 0, "a step is whole score blocks");
+  // S keys a mix pass only where a V row is one column chunk (16-bit V at
+  // d = 128 on AVX2): a float32 row of two chunks was then read half a row
+  // at a time across the S rows, and 16 heads of float32 ran at 11.7-13.2
+  // GB/s against 13.2 a key at a time (AMD EPYC Zen 3).
+  const bool mix_whole_rows = vectors <= NarrowMixVectors<R>();
   const int64_t steps = std::max(keys, next_keys);
   for (int64_t j = 0; j < steps;) {
-    const bool block = j + KB <= next_keys && k_rows.Contiguous(KB);
-    const int64_t n = block ? KB : 1;
+    const bool score_step = j + S <= next_keys && k_rows.Contiguous(S);
+    const bool mix_pass = mix_whole_rows && j + S <= keys && v_rows.Contiguous(S);
+    const int64_t n = score_step || (j >= next_keys && mix_pass) ? S : 1;
     if (j < next_keys) {
       for (int64_t i = 0; i < n && k_ahead.key() < key_end; ++i) {
         PrefetchRows(k_ahead.Next(), h.k_type, 0, 1, h.d);
       }
       const TK* HWY_RESTRICT k = reinterpret_cast<const TK*>(k_rows.Next(n));
-      if (block) {
-        NarrowScoreBlock<R, KB>(scratch, 0, h.d, k, h.k_stride, j);
+      if (n == S) {
+        for (int64_t b = 0; b < S; b += KB) {
+          NarrowScoreBlock<R, KB>(scratch, 0, h.d, k + b * h.k_stride, h.k_stride, j + b);
+        }
       } else {
         NarrowScoreBlock<R, 1>(scratch, 0, h.d, k, h.k_stride, j);
       }
     }
-    for (int64_t i = j; i < std::min(j + n, keys); ++i) {
-      if (v_ahead.key() < key_end) PrefetchRows(v_ahead.Next(), h.v_type, 0, 1, h.dv);
-      NarrowMixKey<R>(o, p, i, reinterpret_cast<const TV*>(v_rows.Next()), vectors);
+    const float* pj[R];
+    if (n == S && mix_pass) {
+      for (int64_t i = 0; i < S && v_ahead.key() < key_end; ++i) {
+        PrefetchRows(v_ahead.Next(), h.v_type, 0, 1, h.dv);
+      }
+      for (int r = 0; r < R; ++r) pj[r] = p[r] + j;
+      NarrowMixKeys<R>(o, pj, S, reinterpret_cast<const TV*>(v_rows.Next(S)), h.v_stride,
+                       vectors);
+    } else {
+      for (int64_t i = j; i < std::min(j + n, keys); ++i) {
+        if (v_ahead.key() < key_end) PrefetchRows(v_ahead.Next(), h.v_type, 0, 1, h.dv);
+        for (int r = 0; r < R; ++r) pj[r] = p[r] + i;
+        NarrowMixKeys<R>(o, pj, 1, reinterpret_cast<const TV*>(v_rows.Next()), h.v_stride,
+                         vectors);
+      }
     }
     j += n;
   }
