@@ -18,6 +18,8 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 REPORT = os.path.join(HERE, "report.py")
+sys.path.insert(0, HERE)
+import report  # noqa: E402  (its headline markers)
 
 
 class ReportTest(unittest.TestCase):
@@ -68,7 +70,12 @@ class ReportTest(unittest.TestCase):
     def test_a_hand_edit_of_the_readme_headline_fails(self):
         p = self.path("README.md")
         text = open(p).read()
-        open(p, "w").write(text.replace("not measured", "1.50×", 1))
+        # A cell of the generated table: README.md says "not measured" in
+        # prose too (the kernel list), which the check rightly ignores.
+        begin = text.index(report.HEAD_BEGIN)
+        at = text.index("not measured", begin)
+        self.assertLess(at, text.index(report.HEAD_END, begin))
+        open(p, "w").write(text[:at] + "1.50×" + text[at + len("not measured"):])
         r = self.run_report("--check")
         self.assertEqual(r.returncode, 1)
 
