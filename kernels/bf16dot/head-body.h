@@ -46,21 +46,24 @@ HWY_INLINE void PairScoreRows(const uint32_t* HWY_RESTRICT qp, int64_t d,
   const DPairU du;
   const size_t N = hn::Lanes(df);
   const size_t P = PanelWidth();
-  VPairF acc[R][kPanelVectors];
+  constexpr size_t NV = kPanelVectors;
+  ATTN_VEC_ARRAY2(VPairF, acc, R, NV);  // vec_array-inl.h
   for (int r = 0; r < R; ++r)
-    for (size_t n = 0; n < kPanelVectors; ++n) acc[r][n] = hn::Zero(df);
+    for (size_t n = 0; n < NV; ++n) ATTN_AT2(acc, r, n) = hn::Zero(df);
   const int64_t pairs = (d + 1) / 2;
   for (int64_t t = 0; t < pairs; ++t) {
-    VPairU q[kPanelVectors];
-    for (size_t n = 0; n < kPanelVectors; ++n) q[n] = hn::Load(du, qp + t * P + n * N);
+    ATTN_VEC_ARRAY(VPairU, q, NV);
+    for (size_t n = 0; n < NV; ++n) ATTN_AT(q, n) = hn::Load(du, qp + t * P + n * N);
     for (int r = 0; r < R; ++r) {
       const VPairU kb = hn::Set(du, LoadPair(k + r * k_stride, t, d));
-      for (size_t n = 0; n < kPanelVectors; ++n) acc[r][n] = Dot::PairDot(acc[r][n], q[n], kb);
+      for (size_t n = 0; n < NV; ++n)
+        ATTN_AT2(acc, r, n) = Dot::PairDot(ATTN_AT2(acc, r, n), ATTN_AT(q, n), kb);
     }
   }
   const VPairF s = hn::Set(df, scale);
   for (int r = 0; r < R; ++r)
-    for (size_t n = 0; n < kPanelVectors; ++n) hn::Store(hn::Mul(acc[r][n], s), df, st + r * P + n * N);
+    for (size_t n = 0; n < NV; ++n)
+      hn::Store(hn::Mul(ATTN_AT2(acc, r, n), s), df, st + r * P + n * N);
 }
 
 // PairScoreRows<rows> for a run-time rows in [1, R].
@@ -93,22 +96,24 @@ HWY_INLINE void PairMixColumns(const uint32_t* HWY_RESTRICT pp, int64_t key_pair
   const DPairU du;
   const size_t N = hn::Lanes(df);
   const size_t P = PanelWidth();
-  VPairF acc[R][kPanelVectors];
+  constexpr size_t NV = kPanelVectors;
+  ATTN_VEC_ARRAY2(VPairF, acc, R, NV);  // vec_array-inl.h
   for (int r = 0; r < R; ++r)
-    for (size_t n = 0; n < kPanelVectors; ++n) acc[r][n] = hn::Zero(df);
+    for (size_t n = 0; n < NV; ++n) ATTN_AT2(acc, r, n) = hn::Zero(df);
   for (int64_t u = 0; u < key_pairs; ++u) {
-    VPairU p[kPanelVectors];
-    for (size_t n = 0; n < kPanelVectors; ++n) p[n] = hn::Load(du, pp + u * P + n * N);
+    ATTN_VEC_ARRAY(VPairU, p, NV);
+    for (size_t n = 0; n < NV; ++n) ATTN_AT(p, n) = hn::Load(du, pp + u * P + n * N);
     const uint32_t* HWY_RESTRICT vu = vp + u * dv;
     for (int r = 0; r < R; ++r) {
       const VPairU vb = hn::Set(du, vu[r]);
-      for (size_t n = 0; n < kPanelVectors; ++n) acc[r][n] = Dot::PairDot(acc[r][n], p[n], vb);
+      for (size_t n = 0; n < NV; ++n)
+        ATTN_AT2(acc, r, n) = Dot::PairDot(ATTN_AT2(acc, r, n), ATTN_AT(p, n), vb);
     }
   }
   for (int r = 0; r < R; ++r) {
-    for (size_t n = 0; n < kPanelVectors; ++n) {
+    for (size_t n = 0; n < NV; ++n) {
       float* HWY_RESTRICT o = ot + r * P + n * N;
-      hn::Store(hn::Add(hn::Load(df, o), acc[r][n]), df, o);
+      hn::Store(hn::Add(hn::Load(df, o), ATTN_AT2(acc, r, n)), df, o);
     }
   }
 }

@@ -48,10 +48,11 @@
 // sums[a] = the sum of acc[a]'s lanes for a < A (16 at a time on AVX-512,
 // four otherwise), as NarrowScoreBlock reduces its accumulators.
 template <int A>
-HWY_INLINE void PairNarrowLaneSums(const VPairF* HWY_RESTRICT acc, float* HWY_RESTRICT sums) {
+HWY_INLINE void PairNarrowLaneSums(ATTN_VEC_ARRAY_PARAM(const VPairF, acc),
+                                   float* HWY_RESTRICT sums) {
   const DPairF df;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  auto acc_or_zero = [&](int a) { return a < A ? acc[a] : hn::Zero(df); };
+  auto acc_or_zero = [&](int a) { return a < A ? ATTN_AT(acc, a) : hn::Zero(df); };
   for (int a = 0; a < A; a += 16) {
     VPairF w[4];
     for (int g = 0; g < 4; ++g) {
@@ -65,9 +66,9 @@ HWY_INLINE void PairNarrowLaneSums(const VPairF* HWY_RESTRICT acc, float* HWY_RE
   const int64_t N = int64_t(hn::Lanes(df));
   HWY_ALIGN float blocks[hn::MaxLanes(DPairF())];
   for (int a = 0; a < A; a += 4) {
-    const VPairF w = SumFourPerBlock(acc[a], a + 1 < A ? acc[a + 1] : hn::Zero(df),
-                                     a + 2 < A ? acc[a + 2] : hn::Zero(df),
-                                     a + 3 < A ? acc[a + 3] : hn::Zero(df));
+    const VPairF w = SumFourPerBlock(ATTN_AT(acc, a), a + 1 < A ? ATTN_AT(acc, a + 1) : hn::Zero(df),
+                                     a + 2 < A ? ATTN_AT(acc, a + 2) : hn::Zero(df),
+                                     a + 3 < A ? ATTN_AT(acc, a + 3) : hn::Zero(df));
     hn::Store(w, df, blocks);
     for (int m = 0; m < 4; ++m) {
       float total = 0.0f;
@@ -89,16 +90,17 @@ HWY_INLINE void PairNarrowScoreBlock(const NarrowScratch& ns, const uint32_t* HW
   const DPairF df;
   const DPairU du;
   const int64_t N = int64_t(hn::Lanes(du));
-  VPairF acc[R * KB];
-  for (int a = 0; a < R * KB; ++a) acc[a] = hn::Zero(df);
+  ATTN_VEC_ARRAY(VPairF, acc, R * KB);  // vec_array-inl.h
+  for (int a = 0; a < R * KB; ++a) ATTN_AT(acc, a) = hn::Zero(df);
   const int64_t full = d / (2 * N) * (2 * N);  // elements in whole vectors of pairs
   for (int64_t c = 0; c < full; c += 2 * N) {
-    VPairU q[R];
-    for (int r = 0; r < R; ++r) q[r] = hn::Load(du, qp + r * qp_stride + c / 2);
+    ATTN_VEC_ARRAY(VPairU, q, R);
+    for (int r = 0; r < R; ++r) ATTN_AT(q, r) = hn::Load(du, qp + r * qp_stride + c / 2);
     for (int b = 0; b < KB; ++b) {
       const VPairU kv =
           hn::LoadU(du, reinterpret_cast<const uint32_t*>(k + b * k_stride + c));
-      for (int r = 0; r < R; ++r) acc[r * KB + b] = Dot::PairDot(acc[r * KB + b], q[r], kv);
+      for (int r = 0; r < R; ++r)
+        ATTN_AT(acc, r * KB + b) = Dot::PairDot(ATTN_AT(acc, r * KB + b), ATTN_AT(q, r), kv);
     }
   }
   float sums[R * KB + 15];
@@ -153,9 +155,11 @@ HWY_INLINE void PairNarrowMixChunk(const NarrowScratch& ns, int64_t row0,
   const DPairU du;
   const hn::Repartition<uint16_t, DPairU> dh;
   const int64_t N = int64_t(hn::Lanes(du));
-  VPairF acc[R][2 * C];
-  for (int r = 0; r < R; ++r)
-    for (int n = 0; n < 2 * C; ++n) acc[r][n] = hn::Load(df, ns.o(row0 + r) + c0 + n * N);
+  ATTN_VEC_ARRAY2(VPairF, acc, R, 2 * C);  // vec_array-inl.h
+  for (int r = 0; r < R; ++r) {
+    for (int n = 0; n < 2 * C; ++n)
+      ATTN_AT2(acc, r, n) = hn::Load(df, ns.o(row0 + r) + c0 + n * N);
+  }
   auto add_pair = [&](int64_t u, const uint16_t* HWY_RESTRICT even,
                       const uint16_t* HWY_RESTRICT odd) {
     for (int ch = 0; ch < C; ++ch) {
@@ -165,16 +169,18 @@ HWY_INLINE void PairNarrowMixChunk(const NarrowScratch& ns, int64_t row0,
       const VPairU hi = hn::BitCast(du, hn::InterleaveUpper(dh, a, b));
       for (int r = 0; r < R; ++r) {
         const VPairU w = hn::Set(du, pp[r * pp_stride + u]);
-        acc[r][2 * ch] = Dot::PairDot(acc[r][2 * ch], w, lo);
-        acc[r][2 * ch + 1] = Dot::PairDot(acc[r][2 * ch + 1], w, hi);
+        ATTN_AT2(acc, r, 2 * ch) = Dot::PairDot(ATTN_AT2(acc, r, 2 * ch), w, lo);
+        ATTN_AT2(acc, r, 2 * ch + 1) = Dot::PairDot(ATTN_AT2(acc, r, 2 * ch + 1), w, hi);
       }
     }
   };
   int64_t u = 0;
   for (; 2 * u + 1 < keys; ++u) add_pair(u, v + 2 * u * v_stride, v + (2 * u + 1) * v_stride);
   if (2 * u < keys) add_pair(u, v + 2 * u * v_stride, nullptr);  // odd tile: (last, 0)
-  for (int r = 0; r < R; ++r)
-    for (int n = 0; n < 2 * C; ++n) hn::Store(acc[r][n], df, ns.o(row0 + r) + c0 + n * N);
+  for (int r = 0; r < R; ++r) {
+    for (int n = 0; n < 2 * C; ++n)
+      hn::Store(ATTN_AT2(acc, r, n), df, ns.o(row0 + r) + c0 + n * N);
+  }
 }
 
 template <int R, int C>

@@ -36,7 +36,8 @@
 
 #include "attn/attn.h"  // DType
 #include "hwy/highway.h"
-#include "kernels/common/widen-inl.h"  // WithStorageType, WidenScalar
+#include "kernels/common/vec_array-inl.h"  // ATTN_VEC_ARRAY, ATTN_AT
+#include "kernels/common/widen-inl.h"      // WithStorageType, WidenScalar
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
@@ -134,19 +135,21 @@ HWY_INLINE void ScoreRows(const float* HWY_RESTRICT qt, int64_t d,
   const DF df;
   const size_t N = hn::Lanes(df);
   const size_t P = PanelWidth();
-  VF acc[R][NV];
+  ATTN_VEC_ARRAY2(VF, acc, R, NV);  // vec_array-inl.h
   for (int r = 0; r < R; ++r)
-    for (size_t n = 0; n < NV; ++n) acc[r][n] = hn::Zero(df);
+    for (size_t n = 0; n < NV; ++n) ATTN_AT2(acc, r, n) = hn::Zero(df);
   for (int64_t c = 0; c < d; ++c) {
-    VF q[NV];
-    for (size_t n = 0; n < NV; ++n) q[n] = hn::Load(df, qt + c * P + (V0 + n) * N);
+    ATTN_VEC_ARRAY(VF, q, NV);
+    for (size_t n = 0; n < NV; ++n) ATTN_AT(q, n) = hn::Load(df, qt + c * P + (V0 + n) * N);
     for (int r = 0; r < R; ++r) {
       const VF kb = hn::Set(df, k[r * k_stride + c]);
-      for (size_t n = 0; n < NV; ++n) acc[r][n] = hn::MulAdd(kb, q[n], acc[r][n]);
+      for (size_t n = 0; n < NV; ++n)
+        ATTN_AT2(acc, r, n) = hn::MulAdd(kb, ATTN_AT(q, n), ATTN_AT2(acc, r, n));
     }
   }
   for (int r = 0; r < R; ++r)
-    for (size_t n = 0; n < NV; ++n) hn::Store(acc[r][n], df, st + r * P + (V0 + n) * N);
+    for (size_t n = 0; n < NV; ++n)
+      hn::Store(ATTN_AT2(acc, r, n), df, st + r * P + (V0 + n) * N);
 }
 
 // Splits n rows (keys for scores, value columns for mix) into register
@@ -205,22 +208,23 @@ HWY_INLINE void MixColumns(const float* HWY_RESTRICT pt, int64_t keys,
   const DF df;
   const size_t N = hn::Lanes(df);
   const size_t P = PanelWidth();
-  VF acc[R][NV];
+  ATTN_VEC_ARRAY2(VF, acc, R, NV);  // vec_array-inl.h
   for (int r = 0; r < R; ++r)
-    for (size_t n = 0; n < NV; ++n) acc[r][n] = hn::Zero(df);
+    for (size_t n = 0; n < NV; ++n) ATTN_AT2(acc, r, n) = hn::Zero(df);
   for (int64_t j = 0; j < keys; ++j) {
-    VF p[NV];
-    for (size_t n = 0; n < NV; ++n) p[n] = hn::Load(df, pt + j * P + (V0 + n) * N);
+    ATTN_VEC_ARRAY(VF, p, NV);
+    for (size_t n = 0; n < NV; ++n) ATTN_AT(p, n) = hn::Load(df, pt + j * P + (V0 + n) * N);
     const float* HWY_RESTRICT vj = v + j * v_stride;
     for (int r = 0; r < R; ++r) {
       const VF vb = hn::Set(df, vj[r]);
-      for (size_t n = 0; n < NV; ++n) acc[r][n] = hn::MulAdd(vb, p[n], acc[r][n]);
+      for (size_t n = 0; n < NV; ++n)
+        ATTN_AT2(acc, r, n) = hn::MulAdd(vb, ATTN_AT(p, n), ATTN_AT2(acc, r, n));
     }
   }
   for (int r = 0; r < R; ++r) {
     for (size_t n = 0; n < NV; ++n) {
       float* HWY_RESTRICT o = ot + r * P + (V0 + n) * N;
-      hn::Store(hn::Add(hn::Load(df, o), acc[r][n]), df, o);
+      hn::Store(hn::Add(hn::Load(df, o), ATTN_AT2(acc, r, n)), df, o);
     }
   }
 }
@@ -284,20 +288,21 @@ HWY_INLINE bool HasNonFinite(const float* HWY_RESTRICT v, int64_t v_stride, int6
     return std::isnan(acc);
   }
   constexpr int kKeys = 8;
-  VF acc[kKeys];
-  for (int r = 0; r < kKeys; ++r) acc[r] = zero;
+  ATTN_VEC_ARRAY(VF, acc, kKeys);
+  for (int r = 0; r < kKeys; ++r) ATTN_AT(acc, r) = zero;
   const int64_t last = dv - N;  // start of the last (possibly overlapping) vector
   for (int64_t j = 0; j < keys; j += kKeys) {
     const float* HWY_RESTRICT row[kKeys];
     for (int r = 0; r < kKeys; ++r) row[r] = v + std::min<int64_t>(j + r, keys - 1) * v_stride;
     for (int64_t c = 0;; c += N) {
       if (c > last) c = last;
-      for (int r = 0; r < kKeys; ++r) acc[r] = hn::MulAdd(hn::LoadU(df, row[r] + c), zero, acc[r]);
+      for (int r = 0; r < kKeys; ++r)
+        ATTN_AT(acc, r) = hn::MulAdd(hn::LoadU(df, row[r] + c), zero, ATTN_AT(acc, r));
       if (c == last) break;
     }
   }
-  for (int r = 1; r < kKeys; ++r) acc[0] = hn::Add(acc[0], acc[r]);
-  return !hn::AllFalse(df, hn::IsNaN(acc[0]));
+  for (int r = 1; r < kKeys; ++r) ATTN_AT(acc, 0) = hn::Add(ATTN_AT(acc, 0), ATTN_AT(acc, r));
+  return !hn::AllFalse(df, hn::IsNaN(ATTN_AT(acc, 0)));
 }
 
 // Whether a softmax weight marks a key its row cannot see: -0 (see above;

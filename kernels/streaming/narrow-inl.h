@@ -152,8 +152,9 @@
 #include "kernels/common/microkernels-inl.h"  // DF, VF, PanelWidth, IsHiddenWeight
 #include "kernels/common/modifiers-inl.h"     // ModifyRow, WindowRow
 #include "kernels/common/scratch.h"
-#include "kernels/common/softmax-inl.h"  // ExpNonPositive, MarkHidden, FinishRow
-#include "kernels/common/widen-inl.h"    // LoadWide, WidenScalar, WithStorageType
+#include "kernels/common/softmax-inl.h"    // ExpNonPositive, MarkHidden, FinishRow
+#include "kernels/common/vec_array-inl.h"  // ATTN_VEC_ARRAY, ATTN_AT
+#include "kernels/common/widen-inl.h"      // LoadWide, WidenScalar, WithStorageType
 #include "kernels/kernel.h"
 #include "kernels/streaming/narrow_pipeline.h"
 
@@ -294,21 +295,22 @@ HWY_INLINE void NarrowScoreBlock(const NarrowScratch& scratch, int64_t row0, int
                                  const TK* HWY_RESTRICT k, int64_t k_stride, int64_t j0) {
   const DF df;
   const int64_t N = int64_t(hn::Lanes(df));
-  VF acc[R * KB];
-  for (int a = 0; a < R * KB; ++a) acc[a] = hn::Zero(df);
+  ATTN_VEC_ARRAY(VF, acc, R * KB);  // vec_array-inl.h
+  for (int a = 0; a < R * KB; ++a) ATTN_AT(acc, a) = hn::Zero(df);
   const int64_t full = d / N * N;
   for (int64_t c = 0; c < full; c += N) {
-    VF q[R];
-    for (int r = 0; r < R; ++r) q[r] = hn::Load(df, scratch.q(row0 + r) + c);
+    ATTN_VEC_ARRAY(VF, q, R);
+    for (int r = 0; r < R; ++r) ATTN_AT(q, r) = hn::Load(df, scratch.q(row0 + r) + c);
     for (int b = 0; b < KB; ++b) {
       const VF kv = LoadWide(df, k + b * k_stride + c);
-      for (int r = 0; r < R; ++r) acc[r * KB + b] = hn::MulAdd(q[r], kv, acc[r * KB + b]);
+      for (int r = 0; r < R; ++r)
+        ATTN_AT(acc, r * KB + b) = hn::MulAdd(ATTN_AT(q, r), kv, ATTN_AT(acc, r * KB + b));
     }
   }
   // Horizontal sums, four accumulators at a time (sixteen on AVX-512).
   float sums[R * KB + 15];
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  auto acc_or_zero = [&](int a) { return a < R * KB ? acc[a] : hn::Zero(df); };
+  auto acc_or_zero = [&](int a) { return a < R * KB ? ATTN_AT(acc, a) : hn::Zero(df); };
   for (int a = 0; a < R * KB; a += 16) {
     VF w[4];
     for (int g = 0; g < 4; ++g) {
@@ -321,9 +323,10 @@ HWY_INLINE void NarrowScoreBlock(const NarrowScratch& scratch, int64_t row0, int
 #else
   HWY_ALIGN float blocks[hn::MaxLanes(DF())];
   for (int a = 0; a < R * KB; a += 4) {
-    const VF w = SumFourPerBlock(acc[a], a + 1 < R * KB ? acc[a + 1] : hn::Zero(df),
-                                 a + 2 < R * KB ? acc[a + 2] : hn::Zero(df),
-                                 a + 3 < R * KB ? acc[a + 3] : hn::Zero(df));
+    const VF w = SumFourPerBlock(ATTN_AT(acc, a),
+                                 a + 1 < R * KB ? ATTN_AT(acc, a + 1) : hn::Zero(df),
+                                 a + 2 < R * KB ? ATTN_AT(acc, a + 2) : hn::Zero(df),
+                                 a + 3 < R * KB ? ATTN_AT(acc, a + 3) : hn::Zero(df));
     hn::Store(w, df, blocks);
     for (int m = 0; m < 4; ++m) {
       float total = 0.0f;
@@ -433,22 +436,23 @@ HWY_INLINE void NarrowMixChunk(float* const* HWY_RESTRICT o, const float* const*
                                int64_t c0) {
   const DF df;
   const int64_t N = int64_t(hn::Lanes(df));
-  VF acc[R][CV];
+  ATTN_VEC_ARRAY2(VF, acc, R, CV);  // vec_array-inl.h
   for (int r = 0; r < R; ++r)
-    for (int n = 0; n < CV; ++n) acc[r][n] = hn::Load(df, o[r] + c0 + n * N);
+    for (int n = 0; n < CV; ++n) ATTN_AT2(acc, r, n) = hn::Load(df, o[r] + c0 + n * N);
   for (int64_t j = 0; j < keys; ++j) {
     const TV* HWY_RESTRICT vj = v + j * v_stride + c0;
-    VF vv[CV];
-    for (int n = 0; n < CV; ++n) vv[n] = LoadWide(df, vj + n * N);
+    ATTN_VEC_ARRAY(VF, vv, CV);
+    for (int n = 0; n < CV; ++n) ATTN_AT(vv, n) = LoadWide(df, vj + n * N);
     for (int r = 0; r < R; ++r) {
       const float w = p[r][j];
       if (kSkipHidden && IsHiddenWeight(w)) continue;
       const VF pb = hn::Set(df, w);
-      for (int n = 0; n < CV; ++n) acc[r][n] = hn::MulAdd(pb, vv[n], acc[r][n]);
+      for (int n = 0; n < CV; ++n)
+        ATTN_AT2(acc, r, n) = hn::MulAdd(pb, ATTN_AT(vv, n), ATTN_AT2(acc, r, n));
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int n = 0; n < CV; ++n) hn::Store(acc[r][n], df, o[r] + c0 + n * N);
+    for (int n = 0; n < CV; ++n) hn::Store(ATTN_AT2(acc, r, n), df, o[r] + c0 + n * N);
 }
 
 template <int R, int CV, bool kSkipHidden, typename TV>

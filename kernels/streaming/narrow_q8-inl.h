@@ -82,8 +82,9 @@
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
-#include "kernels/common/convert.h"    // kQ8_0BlockElements, LoadQ8_0Element
-#include "kernels/common/widen-inl.h"  // Q8_0Block, Q8_0ScaleVec, LoadQ8_0Ints
+#include "kernels/common/convert.h"        // kQ8_0BlockElements, LoadQ8_0Element
+#include "kernels/common/widen-inl.h"      // Q8_0Block, Q8_0ScaleVec, LoadQ8_0Ints
+#include "kernels/common/vec_array-inl.h"  // ATTN_VEC_ARRAY, ATTN_AT
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
@@ -131,16 +132,17 @@ HWY_INLINE void NarrowScoreBlockQ8_0(const NarrowScratch& scratch, int64_t row0,
   constexpr int kChunk = 2;
   const int64_t chunk = std::min<int64_t>(kChunk * N, kBlock);
   const int64_t chunk_vectors = chunk / N;
-  VF acc[R * KB];
-  for (int a = 0; a < R * KB; ++a) acc[a] = hn::Zero(df);
+  ATTN_VEC_ARRAY(VF, acc, R * KB);  // vec_array-inl.h
+  for (int a = 0; a < R * KB; ++a) ATTN_AT(acc, a) = hn::Zero(df);
   for (int64_t c0 = 0; c0 < d; c0 += chunk) {
     // This chunk's bytes in key 0's row: its block, then its int8 values.
     const uint8_t* HWY_RESTRICT block0 = k + c0 / kBlock * kBlockBytes;
     const int64_t ints = 2 + c0 % kBlock;
-    VF q[R][kChunk];
+    ATTN_VEC_ARRAY2(VF, q, R, kChunk);  // vec_array-inl.h
     for (int r = 0; r < R; ++r)
       for (int v = 0; v < kChunk; ++v) {
-        q[r][v] = v < chunk_vectors ? hn::Load(df, scratch.q(row0 + r) + c0 + v * N) : hn::Zero(df);
+        ATTN_AT2(q, r, v) =
+            v < chunk_vectors ? hn::Load(df, scratch.q(row0 + r) + c0 + v * N) : hn::Zero(df);
       }
     const uint8_t* HWY_RESTRICT kb = block0;
     for (int b = 0; b < KB; ++b, kb += k_step) {
@@ -148,7 +150,10 @@ HWY_INLINE void NarrowScoreBlockQ8_0(const NarrowScratch& scratch, int64_t row0,
       for (int v = 0; v < kChunk; ++v) {
         if (v >= chunk_vectors) break;
         const VF kv = hn::Mul(LoadQ8_0Ints(df, kb + ints + v * N), scale);
-        for (int r = 0; r < R; ++r) acc[r * KB + b] = hn::MulAdd(q[r][v], kv, acc[r * KB + b]);
+        for (int r = 0; r < R; ++r) {
+          ATTN_AT(acc, r * KB + b) =
+              hn::MulAdd(ATTN_AT2(q, r, v), kv, ATTN_AT(acc, r * KB + b));
+        }
       }
     }
   }
@@ -156,7 +161,7 @@ HWY_INLINE void NarrowScoreBlockQ8_0(const NarrowScratch& scratch, int64_t row0,
   // Sixteen dot products finished in registers (R·KB is 16, or 12 for
   // R = 3), lane a = r·KB + b, stored as each row's run of KB scores.
   static_assert(R * KB <= 16, "one vector of sums");
-  auto acc_or_zero = [&](int a) { return a < R * KB ? acc[a] : hn::Zero(df); };
+  auto acc_or_zero = [&](int a) { return a < R * KB ? ATTN_AT(acc, a) : hn::Zero(df); };
   VF w[4];
   for (int g = 0; g < 4; ++g) {
     w[g] = SumFourPerBlock(acc_or_zero(4 * g), acc_or_zero(4 * g + 1), acc_or_zero(4 * g + 2),
@@ -185,9 +190,10 @@ HWY_INLINE void NarrowScoreBlockQ8_0(const NarrowScratch& scratch, int64_t row0,
   HWY_ALIGN float blocks[hn::MaxLanes(DF())];
   float sums[R * KB + 3];
   for (int a = 0; a < R * KB; a += 4) {
-    const VF w = SumFourPerBlock(acc[a], a + 1 < R * KB ? acc[a + 1] : hn::Zero(df),
-                                 a + 2 < R * KB ? acc[a + 2] : hn::Zero(df),
-                                 a + 3 < R * KB ? acc[a + 3] : hn::Zero(df));
+    const VF w = SumFourPerBlock(ATTN_AT(acc, a),
+                                 a + 1 < R * KB ? ATTN_AT(acc, a + 1) : hn::Zero(df),
+                                 a + 2 < R * KB ? ATTN_AT(acc, a + 2) : hn::Zero(df),
+                                 a + 3 < R * KB ? ATTN_AT(acc, a + 3) : hn::Zero(df));
     hn::Store(w, df, blocks);
     for (int m = 0; m < 4; ++m) {
       float total = 0.0f;
@@ -242,32 +248,37 @@ HWY_INLINE void NarrowMixChunkQ8_0(const NarrowScratch& scratch, int64_t row0, i
   const int64_t N = int64_t(hn::Lanes(df));
   constexpr int64_t kBlock = internal::kQ8_0BlockElements;
   const int64_t block_vectors = kBlock / N;
-  VF acc[R][CV];
-  for (int r = 0; r < R; ++r)
-    for (int n = 0; n < CV; ++n) acc[r][n] = hn::Load(df, scratch.o(row0 + r) + c0 + n * N);
+  ATTN_VEC_ARRAY2(VF, acc, R, CV);  // vec_array-inl.h
+  for (int r = 0; r < R; ++r) {
+    for (int n = 0; n < CV; ++n)
+      ATTN_AT2(acc, r, n) = hn::Load(df, scratch.o(row0 + r) + c0 + n * N);
+  }
   const float* HWY_RESTRICT p[R];
   for (int r = 0; r < R; ++r) p[r] = scratch.s(row0 + r);
   const uint8_t* HWY_RESTRICT vj = v + c0 / kBlock * internal::kQ8_0BlockBytes;
   const int64_t first_col = c0 % kBlock;
   for (int64_t j = 0; j < keys; ++j, vj += v_step) {
-    VF vv[CV];
+    ATTN_VEC_ARRAY(VF, vv, CV);
     VF scale = hn::Zero(df);
     for (int n = 0; n < CV; ++n) {
       // Vector n: column `col` from the chunk's first block.
       const int64_t col = first_col + n * N;
       const uint8_t* HWY_RESTRICT block = vj + col / kBlock * internal::kQ8_0BlockBytes;
       if (n % block_vectors == 0) scale = Q8_0ScaleVec(df, reinterpret_cast<const Q8_0Block*>(block));
-      vv[n] = hn::Mul(LoadQ8_0Ints(df, block + 2 + col % kBlock), scale);
+      ATTN_AT(vv, n) = hn::Mul(LoadQ8_0Ints(df, block + 2 + col % kBlock), scale);
     }
     for (int r = 0; r < R; ++r) {
       const float w = p[r][j];
       if (kSkipHidden && IsHiddenWeight(w)) continue;
       const VF pb = hn::Set(df, w);
-      for (int n = 0; n < CV; ++n) acc[r][n] = hn::MulAdd(pb, vv[n], acc[r][n]);
+      for (int n = 0; n < CV; ++n)
+        ATTN_AT2(acc, r, n) = hn::MulAdd(pb, ATTN_AT(vv, n), ATTN_AT2(acc, r, n));
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int n = 0; n < CV; ++n) hn::Store(acc[r][n], df, scratch.o(row0 + r) + c0 + n * N);
+  for (int r = 0; r < R; ++r) {
+    for (int n = 0; n < CV; ++n)
+      hn::Store(ATTN_AT2(acc, r, n), df, scratch.o(row0 + r) + c0 + n * N);
+  }
 }
 
 template <int R, int CV, bool kSkipHidden>
