@@ -11,8 +11,9 @@
 #
 # The binaries are built HERE, not on the host: there (Intel Xeon family 6
 # model 207, 16 cores, g++ 13) kernels/bf16dot/bf16dot.cc alone did not
-# finish compiling in 400 s even with only the AVX3 and EMU128 targets, and
-# 12 of a session's 15 device minutes went to two such builds.
+# finish compiling in 400 s even with only the AVX3 and EMU128 targets,
+# most of a 15-minute device lease. Here (AMD EPYC Zen 4, 2 cores) the
+# script's host part took 177 s with the emulated AMX paths.
 #
 #   here:          EXTRA_DEBS="nlohmann-json3-dev libcli11-dev" bash ../shared/bench-host/fetch-debs.sh
 #                  cp ../shared/bench-host/torch_sdpa.py .devdeps/
