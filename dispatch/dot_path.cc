@@ -1,6 +1,7 @@
 // The bf16 dot-product path in force, and the CPU test behind it.
 #include "dispatch/dot_path.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -43,17 +44,21 @@ bool Runnable(DotPath path, std::string* why) {
     case DotPath::kAmxEmulated:
     case DotPath::kArmBfdotEmulated:
       return true;
-    case DotPath::kArmBfdot:
+    case DotPath::kArmBfdot: {
       if (!CpuHasArmBf16()) {
         if (why) *why = "this CPU has no FEAT_BF16 (BFDOT)";
         return false;
       }
-      if (CurrentTarget() != "NEON") {
-        if (why) *why = "the BFDOT path runs on the NEON target, the current one is " +
-                        CurrentTarget();
+      // Its kernels are NEON's whatever the current target (SVE and SVE2
+      // included: kernels/bf16dot/bf16dot.cc, Bf16DotTarget), so it needs
+      // NEON among the targets this CPU runs, as every aarch64 CPU does.
+      const std::vector<std::string> targets = SupportedTargets();
+      if (std::find(targets.begin(), targets.end(), "NEON") == targets.end()) {
+        if (why) *why = "the BFDOT path runs NEON's kernels, and NEON is not compiled";
         return false;
       }
       return true;
+    }
     case DotPath::kAmx:
       if (!AmxUnavailable().empty()) {
         if (why) *why = AmxUnavailable();
@@ -196,7 +201,7 @@ bool IsPairDotPath(DotPath path) {
 
 // Without ForceDotPath or ATTN_DOT_PATH: the fastest instruction that runs
 // here (AMX tiles, then AVX512-BF16's vdpbf16ps; both need the AVX3
-// target; on aarch64 BFDOT, on NEON), else widen. Never an emulation, which is for tests (~10x (AVX512-
+// target; on aarch64 BFDOT, NEON's kernels whatever the target), else widen. Never an emulation, which is for tests (~10x (AVX512-
 // BF16) to ~100x (AMX) slower than widening). These paths round P to bf16
 // (docs/precision.md): an all-bf16 problem asks for bf16 arithmetic, and
 // PyTorch's and oneDNN's bf16 attention round P the same way.

@@ -51,9 +51,20 @@ bool Has(const std::vector<std::string>& names, const std::string& name) {
   return false;
 }
 
+// Whether `path` is offered with `target` forced: each instruction is
+// offered on its own target (AVX3, NEON), which need not be the best one
+// (with SVE compiled, aarch64's best is SVE2, where BFDOT is not offered).
+bool OfferedOn(const std::string& path, const std::string& target) {
+  if (!Has(SupportedTargets(), target)) return false;
+  ForceTarget(target);
+  const bool offered = Has(SupportedDotPaths(), path);
+  ForceTarget("auto");
+  return offered;
+}
+
 // The dot paths other than widen that run here, each with the targets it
 // runs on: the emulated layer on every supported target, the instruction
-// on AVX3 only.
+// on its own target only (AVX3, NEON).
 struct PathTargets {
   std::string path;
   std::vector<std::string> targets;
@@ -61,13 +72,13 @@ struct PathTargets {
 std::vector<PathTargets> RealDotPaths() {
   std::vector<PathTargets> out;
   out.push_back({"avx512bf16-emulated", SupportedTargets()});
-  if (Has(SupportedDotPaths(), "avx512bf16")) out.push_back({"avx512bf16", {"AVX3"}});
+  if (OfferedOn("avx512bf16", "AVX3")) out.push_back({"avx512bf16", {"AVX3"}});
   out.push_back({"amx-emulated", SupportedTargets()});
-  if (Has(SupportedDotPaths(), "amx")) out.push_back({"amx", {"AVX3"}});
+  if (OfferedOn("amx", "AVX3")) out.push_back({"amx", {"AVX3"}});
   // Arm's BFDOT (round to odd): its emulation everywhere, the instruction
   // on aarch64's NEON with FEAT_BF16 (qemu-aarch64 -cpu max has it).
   out.push_back({"bfdot-emulated", SupportedTargets()});
-  if (Has(SupportedDotPaths(), "bfdot")) out.push_back({"bfdot", {"NEON"}});
+  if (OfferedOn("bfdot", "NEON")) out.push_back({"bfdot", {"NEON"}});
   return out;
 }
 
@@ -206,13 +217,15 @@ TEST(Bf16DotHardware, EqualsTheEmulationBitForBit) {
     const char* target;
   };
   std::vector<Pair> pairs;
-  if (Has(SupportedDotPaths(), "avx512bf16")) pairs.push_back({"avx512bf16", "avx512bf16-emulated", "AVX3"});
-  if (Has(SupportedDotPaths(), "bfdot")) pairs.push_back({"bfdot", "bfdot-emulated", "NEON"});
+  PathGuard guard;
+  for (const Pair& pair : {Pair{"avx512bf16", "avx512bf16-emulated", "AVX3"},
+                           Pair{"bfdot", "bfdot-emulated", "NEON"}}) {
+    if (OfferedOn(pair.hardware, pair.target)) pairs.push_back(pair);
+  }
   if (pairs.empty()) {
     GTEST_SKIP() << "this CPU has neither AVX512-BF16 (with AVX3) nor FEAT_BF16: only the "
                     "emulated paths run here, and Bf16DotKernels tests them on every target";
   }
-  PathGuard guard;
   for (const Pair& pair : pairs) {
     ForceTarget(pair.target);
     for (const Shape& shape : Bf16Shapes()) {
@@ -243,7 +256,9 @@ TEST(Bf16DotHardware, EqualsTheEmulationBitForBit) {
 TEST(Bf16DotHostile, NonFiniteVReachesOnlyTheRowsThatSeeIt) {
   PathGuard guard;
   for (const PathTargets& pt : RealDotPaths()) {
-    ForceTarget(pt.targets.front() == "AVX3" ? "AVX3" : "auto");
+    // An instruction runs on its one target (AVX3, NEON), which need not be
+    // the best one (aarch64 with SVE compiled: SVE2); an emulation on any.
+    ForceTarget(pt.targets.size() == 1 ? pt.targets.front() : "auto");
     ForceDotPath(pt.path);
     Shape s = Bf16Shape(1, 1, 40, 40, 16, 8, Causal::kTopLeft);
     OwnedProblem owned = MakeProblem(s);
@@ -302,7 +317,9 @@ TEST(Bf16DotRounding, OptInRoundsFloat32AndF16InputsAsTheBf16ProblemOfTheirValue
   const std::vector<std::vector<DType>> mixes = {
       {kF32, kF32, kF32}, {kF16, kF16, kF16}, {kF32, kBF16, kF16}};
   for (const PathTargets& pt : RealDotPaths()) {
-    ForceTarget(pt.targets.front() == "AVX3" ? "AVX3" : "auto");
+    // An instruction runs on its one target (AVX3, NEON), which need not be
+    // the best one (aarch64 with SVE compiled: SVE2); an emulation on any.
+    ForceTarget(pt.targets.size() == 1 ? pt.targets.front() : "auto");
     ForceDotPath(pt.path);
     for (const auto& mix : mixes) {
       Shape s = Bf16Shape(2, 1, 37, 53, 19, 11, Causal::kBottomRight, true, Layout::kBTHD, 3);
@@ -379,7 +396,10 @@ TEST(Bf16DotDispatch, ForcingNamesThePathAndBadNamesAreErrors) {
   // target, it runs there: it is left out of the list).
   ForceTarget(SupportedTargets().back());  // the lowest supported target
   std::vector<const char*> not_here = {"avx512bf16", "amx"};
-  if (CurrentTarget() != "NEON" || !Has(supported, "bfdot")) not_here.push_back("bfdot");
+  // (The paths offered on the target just forced, not on the best one: with
+  // SVE compiled, aarch64's best target is SVE2, where BFDOT is not offered,
+  // and the lowest is NEON, where it is.)
+  if (CurrentTarget() != "NEON" || !Has(SupportedDotPaths(), "bfdot")) not_here.push_back("bfdot");
   for (const char* path : not_here) {
     try {
       ForceDotPath(path);

@@ -390,8 +390,8 @@ void ForceTarget(const std::string& name);
 //                          the default where it runs;
 //   "amx-emulated"         the AMX kernels over portable emulated tiles, on
 //                          any target and CPU; for tests, very slow.
-//   "bfdot"                Arm's BFDOT (NEON target on aarch64, a CPU with
-//                          FEAT_BF16): the kernels of "avx512bf16" with
+//   "bfdot"                Arm's BFDOT (aarch64 with FEAT_BF16; NEON's
+//                          kernels on any target, SVE's too): the kernels of "avx512bf16" with
 //                          each pair's two products summed, then added to
 //                          the accumulator, rounded to odd (the
 //                          instruction's); the default where it runs;

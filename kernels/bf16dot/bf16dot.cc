@@ -53,7 +53,7 @@ void Bf16DotViewArmEmulated(const internal::HeadView& view, const Tiles& tiles) 
 
 #ifndef ATTN_HAVE_ARM_BFDOT
 void Bf16DotViewArm(const internal::HeadView&, const Tiles&) {
-  // dispatch/dot_path.cc offers BFDOT only on aarch64's NEON target.
+  // Bf16DotTarget (below) runs BFDOT through NEON's copy only.
   HWY_ABORT("attn: the Arm BFDOT layer is not compiled for target %s",
             hwy::TargetName(HWY_TARGET));
 }
@@ -138,6 +138,13 @@ HWY_EXPORT(Bf16DotTargetImpl);
 
 namespace internal {
 ParallelTarget Bf16DotTarget(PairDotLayer layer) {
+#if HWY_ARCH_ARM_A64 && (HWY_TARGETS & HWY_NEON) && defined(__GNUC__) && !defined(__clang__)
+  // BFDOT's layer is compiled for NEON only (its +bf16 region), and every
+  // aarch64 CPU runs NEON: on a CPU whose best target is SVE or SVE2 (with
+  // FEAT_BF16: Graviton 3 and 4, Grace, Axion), the bfdot path runs NEON's
+  // kernels rather than leaving all-bf16 problems to widening.
+  if (layer == PairDotLayer::kArmBfdot) return N_NEON::Bf16DotTargetImpl(layer);
+#endif
   return HWY_DYNAMIC_DISPATCH(Bf16DotTargetImpl)(layer);
 }
 
