@@ -2,8 +2,10 @@
 # Cross-builds attn for 64-bit Arm (aarch64) with Debian's cross g++ and runs
 # the test suite under qemu-user (issue 8). Installs what is missing (root).
 #   .ci/arm.sh [BUILD_DIR]        (default build-arm)
-# Only Highway's NEON target is compiled: see cmake/aarch64-linux-gnu.cmake
-# for why the SVE targets are not.
+# Highway's NEON, SVE, SVE2, SVE_256 and SVE2_128 targets are compiled
+# (cmake/aarch64-linux-gnu.cmake). qemu's CPU `max` has SVE2 and FEAT_BF16;
+# its vector length picks which targets run: SVE_256 needs 256 bits,
+# SVE2_128 128 bits, and SVE / SVE2 run at any length.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build-arm}
@@ -21,15 +23,32 @@ cmake -S . -B "$build" -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake \
   -DCMAKE_BUILD_TYPE=Release -DATTN_BUILD_BENCH=OFF -DATTN_BUILD_TOOLS=OFF >/dev/null
 cmake --build "$build" -j2
 echo "arm: built in $((SECONDS - start)) s"
-# Names the SIMD target the kernels run on under this emulated CPU.
-QEMU_CPU=${QEMU_CPU:-max} qemu-aarch64 -L / "$build/tests/c_api_test"
+# Names the SIMD target the kernels run on at each vector length (bytes):
+# SVE2_128 at 16, SVE_256 at 32, SVE2 at 64 (qemu's default).
+for vl in 16 32 64; do
+  QEMU_CPU=max,sve-default-vector-length=$vl qemu-aarch64 -L / "$build/tests/c_api_test" | tail -1
+done
 # Left out: TargetsEnv.ForcedSSE4 forces an x86 target by name (no Arm
 # meaning); Llama.* (a Llama-sized model: 180 s under qemu on 2 Zen 5
 # cores, beside a build) and Memory.ParallelAt65536Squared* (a 65536 x
 # 65536 causal problem: not done after 420 s under qemu) are size tests that
-# run the same NEON kernels that KernelsTest, Gqa and Merge check shape by
-# shape. The other Memory.*65536* tests (NEON's tile caps; 0.5-29 s each)
+# run the same kernels that KernelsTest, Gqa and Merge check shape by
+# shape. The other Memory.*65536* tests (the tile caps; 0.5-29 s each)
 # run.
+# The whole suite at qemu's default length (512 bits): every test on
+# NEON, SVE and SVE2.
 QEMU_CPU=${QEMU_CPU:-max} ctest --test-dir "$build" -j2 --output-on-failure --timeout 1200 \
   -E '^(TargetsEnv\.ForcedSSE4|Llama\..*|Memory\.ParallelAt65536Squared.*)$'
+echo "arm: the suite at 512 bits done at $((SECONDS - start)) s"
+# At 128 and 256 bits, where SVE2_128 and SVE_256 run too (and SVE / SVE2
+# at those lengths), the tests that hold every kernel, element type and dot
+# path to the float64 reference on every target, and the SIMD blocks; less
+# the one 2053 x 2053 shape (110 s under qemu at 512 bits, the others' code
+# on smaller shapes), to keep CI's time.
+vl_tests='^(Shapes/KernelsTest|Combos/DTypeKernels|Combos/Q8Kernels|Shapes/Bf16DotKernels|BlocksGroup/Blocks)\.'
+for vl in 16 32; do
+  QEMU_CPU=max,sve-default-vector-length=$vl ctest --test-dir "$build" -j2 --output-on-failure \
+    --timeout 1200 -R "$vl_tests" -E 'Tq2053_Tk2053'
+  echo "arm: the kernels at $((vl * 8)) bits done at $((SECONDS - start)) s"
+done
 echo "arm: done in $((SECONDS - start)) s"

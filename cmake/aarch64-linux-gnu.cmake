@@ -21,14 +21,14 @@ set(CMAKE_LIBRARY_ARCHITECTURE aarch64-linux-gnu)
 find_program(ATTN_QEMU_AARCH64 qemu-aarch64 REQUIRED)
 set(CMAKE_CROSSCOMPILING_EMULATOR ${ATTN_QEMU_AARCH64} -L /)
 
-# SVE targets are off by default: the kernels keep register tiles in arrays of
-# vectors (e.g. `VF acc[N]` in kernels/common/microkernels-inl.h), and GCC's
-# SVE vectors are sizeless types, which C++ does not allow as array elements
-# ("array elements cannot have SVE type"). NEON has fixed-size vectors and
-# compiles as is. 0xF000000 = HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128
-# (Highway 1.0.3's bits 24..27), written as a number so the flag needs no
-# shell quoting. -DATTN_ARM_SVE=ON tries them (for when the kernels allow it).
-option(ATTN_ARM_SVE "Compile Highway's SVE targets too" OFF)
+# Highway 1.0.3 compiles NEON, SVE, SVE2, SVE_256 and SVE2_128 for aarch64,
+# and so does attn: its register tiles are plain arrays on NEON and named
+# locals on SVE, whose sizeless vectors cannot be array elements
+# (kernels/common/vec_array-inl.h). -DATTN_ARM_SVE=OFF builds NEON alone
+# (0xF000000 = HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128, Highway
+# 1.0.3's bits 24..27, written as a number so the flag needs no shell
+# quoting), e.g. for a quicker build.
+option(ATTN_ARM_SVE "Compile Highway's SVE targets too" ON)
 # (The toolchain file is read more than once per configure: append once.)
 if(NOT ATTN_ARM_SVE AND NOT CMAKE_CXX_FLAGS_INIT MATCHES "HWY_DISABLED_TARGETS")
   string(APPEND CMAKE_CXX_FLAGS_INIT " -DHWY_DISABLED_TARGETS=0xF000000")

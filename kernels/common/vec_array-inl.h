@@ -15,7 +15,9 @@
 //     blocked, byte for byte that of the arrays written out, g++ 12);
 //   - on SVE, 32 named locals and an array of their addresses (a pointer to
 //     a sizeless type is an ordinary, sized pointer), `*name[i]`: with i a
-//     constant after unrolling, each access folds to its local.
+//     constant after unrolling, each access folds to its local (g++ 12:
+//     the SVE2 ScoreTile / MixTile of blocked.cc.o keep every accumulator
+//     in a z register, no SVE load or store on the stack).
 // A tile of rows and columns is ATTN_VEC_ARRAY2(V, name, ROWS, COLS) and
 // ATTN_AT2(name, r, c): `V name[ROWS][COLS]` elsewhere (flattened to one
 // index, GCC allocated the x86 registers differently: 0.1-0.3% more or
