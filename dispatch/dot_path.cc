@@ -1,7 +1,6 @@
 // The bf16 dot-product path in force, and the CPU test behind it.
 #include "dispatch/dot_path.h"
 
-#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -10,6 +9,7 @@
 
 #include "attn/attn.h"
 #include "hwy/highway.h"
+#include "kernels/bf16dot/bf16dot.h"  // ATTN_ARM_BFDOT_COMPILED
 
 #if HWY_ARCH_X86
 #include <cpuid.h>
@@ -50,11 +50,10 @@ bool Runnable(DotPath path, std::string* why) {
         return false;
       }
       // Its kernels are NEON's whatever the current target (SVE and SVE2
-      // included: kernels/bf16dot/bf16dot.cc, Bf16DotTarget), so it needs
-      // NEON among the targets this CPU runs, as every aarch64 CPU does.
-      const std::vector<std::string> targets = SupportedTargets();
-      if (std::find(targets.begin(), targets.end(), "NEON") == targets.end()) {
-        if (why) *why = "the BFDOT path runs NEON's kernels, and NEON is not compiled";
+      // included: kernels/bf16dot/bf16dot.cc, Bf16DotTarget), and every
+      // aarch64 CPU runs NEON: what remains is that the layer is compiled.
+      if (!ATTN_ARM_BFDOT_COMPILED) {
+        if (why) *why = "the BFDOT layer is not compiled (it needs GCC and the NEON target)";
         return false;
       }
       return true;

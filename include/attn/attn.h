@@ -391,10 +391,11 @@ void ForceTarget(const std::string& name);
 //   "amx-emulated"         the AMX kernels over portable emulated tiles, on
 //                          any target and CPU; for tests, very slow.
 //   "bfdot"                Arm's BFDOT (aarch64 with FEAT_BF16; NEON's
-//                          kernels on any target, SVE's too): the kernels of "avx512bf16" with
-//                          each pair's two products summed, then added to
-//                          the accumulator, rounded to odd (the
-//                          instruction's); the default where it runs;
+//                          kernels on any target, SVE's too): the kernels
+//                          of "avx512bf16" with each pair's two products
+//                          summed, then added to the accumulator,
+//                          rounded to odd (the instruction's); the
+//                          default where it runs;
 //   "bfdot-emulated"       the same kernels over a portable emulation of
 //                          BFDOT, bit-exact on normal values, on any target
 //                          and CPU; for tests, slow.

@@ -138,7 +138,7 @@ HWY_EXPORT(Bf16DotTargetImpl);
 
 namespace internal {
 ParallelTarget Bf16DotTarget(PairDotLayer layer) {
-#if HWY_ARCH_ARM_A64 && (HWY_TARGETS & HWY_NEON) && defined(__GNUC__) && !defined(__clang__)
+#if ATTN_ARM_BFDOT_COMPILED
   // BFDOT's layer is compiled for NEON only (its +bf16 region), and every
   // aarch64 CPU runs NEON: on a CPU whose best target is SVE or SVE2 (with
   // FEAT_BF16: Graviton 3 and 4, Grace, Axion), the bfdot path runs NEON's

@@ -2,7 +2,18 @@
 #pragma once
 
 #include "attn/attn.h"
+#include "hwy/highway.h"  // HWY_TARGETS, HWY_NEON
 #include "kernels/kernel.h"
+
+// Whether the BFDOT layer is compiled: NEON's copy only, with GCC (the
+// +bf16 region of kernels/common/bf16dot-inl.h). Bf16DotTarget runs it
+// whatever the current target, and dispatch/dot_path.cc offers the bfdot
+// path only where it is.
+#if HWY_ARCH_ARM_A64 && (HWY_TARGETS & HWY_NEON) && defined(__GNUC__) && !defined(__clang__)
+#define ATTN_ARM_BFDOT_COMPILED 1
+#else
+#define ATTN_ARM_BFDOT_COMPILED 0
+#endif
 
 namespace attn::internal {
 
@@ -12,7 +23,7 @@ enum class PairDotLayer {
   kAvx512Bf16Emulated,  // vdpbf16ps's semantics, portable: every target
   kAvx512Bf16,          // vdpbf16ps: AVX3 target, CPU with AVX512-BF16
   kArmBfdotEmulated,    // Arm BFDOT's semantics (round to odd), portable: every target
-  kArmBfdot,            // BFDOT: NEON target on aarch64, CPU with FEAT_BF16
+  kArmBfdot,            // BFDOT: NEON's kernels on aarch64, CPU with FEAT_BF16
 };
 
 // The layer of a bf16 dot path (kAvx512Bf16*, kArmBfdot*; dispatch/

@@ -83,8 +83,8 @@
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "kernels/common/convert.h"        // kQ8_0BlockElements, LoadQ8_0Element
-#include "kernels/common/widen-inl.h"      // Q8_0Block, Q8_0ScaleVec, LoadQ8_0Ints
 #include "kernels/common/vec_array-inl.h"  // ATTN_VEC_ARRAY, ATTN_AT
+#include "kernels/common/widen-inl.h"      // Q8_0Block, Q8_0ScaleVec, LoadQ8_0Ints
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
