@@ -1,7 +1,8 @@
 // The narrow path's pipelined walk (kernels/streaming/narrow-inl.h
 // NarrowPipelines: one query row, K and V of one 16- or 32-bit type, V rows
-// of whole vectors) against its tiled walk, the simple formulation it
-// reorders: the same operations in the same order per row and column, so the
+// of whole vectors) and its row walk (narrow_row-inl.h: the same views with
+// d = d_v of at most 8 vectors) against the tiled walk, the simple
+// formulation both reorder: the same operations in the same order per row and column, so the
 // same bits, on every target, kernel and tile size, with masks, causal
 // limits, fully masked rows and non-finite values. Both walks are also held
 // to the float64 bound by kernels_test, dtype_test and the serving tests,
@@ -45,15 +46,17 @@ std::vector<Shape> DecodeShapes() {
   for (DType kv : {DType::kF32, DType::kBF16, DType::kF16}) {
     // tk: one key, fewer than a score block (4), a few ragged tiles, many
     // tiles; d ragged (40: a scalar tail in each dot product) and whole.
+    // d = d_v (16, 128): the row walk (narrow_row-inl.h) where the row is
+    // at most 8 vectors, a V row of 1 to 16 vectors over the targets.
     for (int64_t tk : {1, 3, 37, 300, 1100}) {
-      for (int64_t d : {40, 64}) {
+      for (int64_t d : {40, 64, 16, 128}) {
         Shape s;
         s.batch = 2;
         s.q_heads = s.kv_heads = 3;
         s.tq = 1;
         s.tk = tk;
         s.d = d;
-        s.dv = 32;
+        s.dv = d == 16 || d == 128 ? d : 32;
         s.k_type = s.v_type = kv;
         s.seed = seed++;
         s.causal = tk % 2 ? Causal::kBottomRight : Causal::kNone;
@@ -75,16 +78,24 @@ std::vector<Shape> DecodeShapes() {
   return shapes;
 }
 
+// Every variant names its key tile: by default the row walk takes longer
+// tiles than the tiled walk (kNarrowRowTileKeys against 16 KiB of V), and
+// tiles of another length give other bits (the online softmax rescales at
+// other keys); 32 keys is within both caps for every shape here. The
+// default tiles are held to the float64 bound by kernels_test, dtype_test
+// and the serving tests.
 std::vector<Variant> Variants() {
   Tiles ragged;
   ragged.q_block = 1;
   ragged.kv_block = 7;
   Tiles one;
   one.kv_block = 1;
-  return {MakeVariant("streaming", KernelId::kStreaming, 1),
+  Tiles tile32;
+  tile32.kv_block = 32;
+  return {MakeVariant("streaming/kv32", KernelId::kStreaming, 1, tile32),
           MakeVariant("streaming/kv7", KernelId::kStreaming, 1, ragged),
           MakeVariant("streaming/kv1", KernelId::kStreaming, 1, one),
-          MakeVariant("parallel/t2", KernelId::kParallel, 2),
+          MakeVariant("parallel/t2/kv32", KernelId::kParallel, 2, tile32),
           MakeVariant("parallel/t2/kv7", KernelId::kParallel, 2, ragged)};
 }
 

@@ -129,6 +129,17 @@
 // at 0.85 in the kernel: the remaining gap to the standalone loop is the
 // per-key work around the same arithmetic (the score reduction and
 // softmax, the row cursors and prefetch requests).
+//
+// The row walk (narrow_row-inl.h: one-row views with d = d_v of at most 8
+// vectors, i.e. d <= 128 on AVX-512) found most of that gap elsewhere: the
+// score blocks here load their keys' K vectors a column at a time across
+// the block's rows, an order across cache lines that cost a standalone
+// loop half its DRAM rate on Zen 4, and the software prefetch that order
+// needs cost the rest. Reading each K row whole, K and V a row at a time
+// each, with no prefetch, took 16 heads of float32 from 0.39-0.48 to
+// 0.76-0.91 of the read probe (AMD EPYC Zen 4; figures in that file). GQA
+// groups (the tiled walk) with the same row order and no prefetch measured
+// 0.27-0.54 against 0.36-0.44, within the noise, so they keep this order.
 #if defined(ATTN_KERNELS_STREAMING_NARROW_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_KERNELS_STREAMING_NARROW_INL_H_
 #undef ATTN_KERNELS_STREAMING_NARROW_INL_H_
@@ -659,7 +670,8 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
   scratch.SetScoreAt(0);
 }
 
-// Whether a view takes the pipelined walk: one row (a decode query per
+// Whether a view takes the pipelined walk (or, with d = d_v of at most 8
+// vectors, the row walk: NarrowRowWalks): one row (a decode query per
 // head), K and V of one 16- or 32-bit type (q8_0 has its own passes), and V
 // rows of whole vectors. Other views take the tiled walk (NarrowGroupTile).
 // A GQA group of 4 rows pipelined (its o rows loaded and stored per key, one
@@ -718,6 +730,23 @@ class KeyRowCursor {
   const char* row_ = nullptr;
   int64_t step_ = 0, key_ = 0, left_ = 0, hint_ = 0;
 };
+
+// The row walk for one-row views whose V row fits in registers (its own
+// per-target include guard).
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
+HWY_AFTER_NAMESPACE();
+#include "kernels/streaming/narrow_row-inl.h"
+HWY_BEFORE_NAMESPACE();
+namespace attn {
+namespace HWY_NAMESPACE {
+
+// Whether a view takes the row walk (narrow_row-inl.h): a pipelined view
+// with d = d_v of at most kNarrowRowMaxVectors whole vectors.
+HWY_INLINE bool NarrowRowWalks(const internal::HeadView& h) {
+  const int64_t vectors = h.dv / int64_t(hn::Lanes(DF()));
+  return NarrowPipelines(h) && h.d == h.dv && vectors >= 1 && vectors <= kNarrowRowMaxVectors;
+}
 
 // Keys a step of the pipelined walk: S keys of the next tile scored (in
 // score blocks of min(S, NarrowKeysPerBlock<R>()) keys), then S keys of the
@@ -833,7 +862,11 @@ class NarrowWalk {
     // the speed for 4 rows, float32 V).
     const int64_t l1_keys = std::max<int64_t>(
         8, (16 * 1024) / std::max<int64_t>(1, internal::BytesOf(h.v_type, h.dv)));
-    kv_block_ = std::max<int64_t>(1, std::min<int64_t>(tiles.kv_block, l1_keys));
+    row_walk_ = NarrowRowWalks(h);
+    // The row walk reads each V row once, so its tile is not held to L1:
+    // longer tiles make fewer softmax steps (kNarrowRowTileKeys).
+    kv_block_ = std::max<int64_t>(
+        1, std::min<int64_t>(tiles.kv_block, row_walk_ ? kNarrowRowTileKeys : l1_keys));
     scratch.Reserve(rows, h.d, kv_block_, h.dv);
     NarrowRowStats* HWY_RESTRICT stats = scratch.stats();
     for (int64_t r = 0; r < rows; ++r) {
@@ -935,6 +968,19 @@ class NarrowWalk {
     // NarrowPipelines admits one row, and K and V of one type.
     WithStorageType(h_.k_type, [&](auto tag) {
       using T = decltype(tag);
+      if (row_walk_) {
+        scratch_.SetScoreBuffer(cur);
+        const float* p = scratch_.s(0);
+        scratch_.SetScoreBuffer(1 - cur);
+        float* s_next = scratch_.s(0);
+        bool any_hidden = false;
+        for (int64_t j = 0; j < keys; ++j) any_hidden |= IsHiddenWeight(p[j]);
+        const int64_t vectors = h_.dv / int64_t(hn::Lanes(DF()));
+        NarrowRowKeysN<kNarrowRowMaxVectors, T, T>(vectors, any_hidden, scratch_.q(0), p, keys,
+                                                   s_next, next_keys, scratch_.o(0), k_rows_,
+                                                   v_rows_);
+        return;
+      }
       NarrowPipelinedKeys<1, T, T>(h_, scratch_, cur, keys, next_keys, key_end_, k_rows_, v_rows_,
                                    k_ahead_, v_ahead_);
     });
@@ -945,7 +991,7 @@ class NarrowWalk {
   int64_t kv_block_ = 1, key_end_ = 0, j0_ = 0, hint_ = 0;
   // The pipelined walk's state: the tile at j0_ has keys_ keys, scored and
   // made weights in buffer cur_ once primed_.
-  bool pipelined_ = false, primed_ = false;
+  bool pipelined_ = false, primed_ = false, row_walk_ = false;
   int64_t keys_ = 0, cur_ = 0;
   KeyRowCursor k_rows_, v_rows_, k_ahead_, v_ahead_;
 };
