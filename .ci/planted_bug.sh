@@ -3,7 +3,7 @@
 # kernel. Not run by .ci/run (each builds the library once more); see
 # docs/reliability.md.
 #
-#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline] [--keep]  (default: tail)
+#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk] [--keep]  (default: tail)
 #
 # tail    .ci/planted/tail-off-by-one.patch (issue 7): the tail block of
 #         ForEachRowBlock (kernels/common/microkernels-inl.h) gets one row
@@ -82,6 +82,12 @@
 #         streaming/narrow-inl.h) leaves each tile's last key out of the
 #         mix. Release build; tests/kernels_test (every kernel and target
 #         against the float64 bound) must fail on the one-row shapes.
+# rowwalk .ci/planted/row-walk-weight-shifted.patch (issue 24): the decode
+#         path's row walk (NarrowRowKeys, kernels/streaming/
+#         narrow_row-inl.h) mixes each key's V row with the previous key's
+#         weight. Release build; tests/kernels_test (every kernel and target
+#         against the float64 bound) must fail on the one-row shapes with
+#         d = d_v.
 #
 # Each: copies the committed tree (git archive HEAD) to a temporary
 # directory, applies the patch there (never to the tree), builds the one
@@ -97,8 +103,8 @@ keep=0
 for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
-    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline) case=$arg ;;
-    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline] [--keep]" >&2; exit 2 ;;
+    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk) case=$arg ;;
+    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk] [--keep]" >&2; exit 2 ;;
   esac
 done
 configure=(-DCMAKE_BUILD_TYPE=Release)  # the README's build, unless the case says otherwise
@@ -125,6 +131,7 @@ case "$case" in
   heads) patch=.ci/planted/heads-v-offset-dropped.patch test=paged_test filter='Cases/PagedTest.*:Paged.TokenMajor*' ;;
   diag) patch=.ci/planted/diag-shift-dropped.patch test=varlen_test filter='Cases/VarlenTest.*' ;;
   pipeline) patch=.ci/planted/pipeline-last-key-dropped.patch test=kernels_test filter='Shapes/KernelsTest.*' ;;
+  rowwalk) patch=.ci/planted/row-walk-weight-shifted.patch test=kernels_test filter='Shapes/KernelsTest.*' ;;
   arm)
     patch=.ci/planted/fp16-sign-dropped.patch test=dtype_test filter='*'
     # Relative: cmake finds it in the copied source tree.
