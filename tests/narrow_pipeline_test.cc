@@ -1,7 +1,7 @@
 // The narrow path's pipelined walk (kernels/streaming/narrow-inl.h
 // NarrowPipelines: one query row, K and V of one 16- or 32-bit type, V rows
-// of whole vectors) and its row walk (narrow_row-inl.h: the same views with
-// d = d_v of at most 8 vectors) against the tiled walk, the simple
+// of whole vectors) and its row walk (narrow_row-inl.h: one-row views with
+// d = d_v of at most 8 vectors, q8_0 K and V too) against the tiled walk, the simple
 // formulation both reorder: the same operations in the same order per row and column, so the
 // same bits, on every target, kernel and tile size, with masks, causal
 // limits, fully masked rows and non-finite values. Both walks are also held
@@ -74,6 +74,22 @@ std::vector<Shape> DecodeShapes() {
     masked.fully_masked_rows = 1;
     masked.seed = seed++;
     shapes.push_back(masked);
+  }
+  // q8_0 K and V: the row walk where d = d_v (a multiple of 32, at most 8
+  // vectors), the q8_0 tiled passes otherwise (narrow_q8-inl.h).
+  for (int64_t tk : {1, 3, 37, 300, 1100}) {
+    for (int64_t d : {64, 128}) {
+      Shape s;
+      s.q_heads = s.kv_heads = 2;
+      s.tq = 1;
+      s.tk = tk;
+      s.d = s.dv = d;
+      s.k_type = s.v_type = DType::kQ8_0;
+      s.seed = seed++;
+      s.causal = tk % 2 ? Causal::kBottomRight : Causal::kNone;
+      s.additive_mask = tk >= 37;
+      shapes.push_back(s);
+    }
   }
   return shapes;
 }

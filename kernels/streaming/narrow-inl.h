@@ -741,11 +741,16 @@ HWY_BEFORE_NAMESPACE();
 namespace attn {
 namespace HWY_NAMESPACE {
 
-// Whether a view takes the row walk (narrow_row-inl.h): a pipelined view
-// with d = d_v of at most kNarrowRowMaxVectors whole vectors.
+// Whether a view takes the row walk (narrow_row-inl.h): one row, K and V
+// of one type (float32, bf16, f16, or q8_0 where a vector tiles a block),
+// d = d_v of at most kNarrowRowMaxVectors whole vectors.
 HWY_INLINE bool NarrowRowWalks(const internal::HeadView& h) {
-  const int64_t vectors = h.dv / int64_t(hn::Lanes(DF()));
-  return NarrowPipelines(h) && h.d == h.dv && vectors >= 1 && vectors <= kNarrowRowMaxVectors;
+  const int64_t N = int64_t(hn::Lanes(DF()));
+  const int64_t vectors = h.dv / N;
+  return internal::NarrowPipelineAllowed().load(std::memory_order_relaxed) && h.tq == 1 &&
+         h.k_type == h.v_type && h.d == h.dv && h.dv % N == 0 && vectors >= 1 &&
+         vectors <= kNarrowRowMaxVectors &&
+         (h.k_type != DType::kQ8_0 || Q8_0VectorsTileBlocks(DF()));
 }
 
 // Keys a step of the pipelined walk: S keys of the next tile scored (in
@@ -880,7 +885,7 @@ class NarrowWalk {
     // are never read: a windowed decode reads the window's keys only.
     key_end_ = h.VisibleEnd(rows - 1);
     j0_ = h.KeyBegin(0);
-    pipelined_ = NarrowPipelines(h);
+    pipelined_ = row_walk_ || NarrowPipelines(h);
   }
 
   bool Done() const { return primed_ ? keys_ == 0 : j0_ >= key_end_; }
@@ -965,22 +970,27 @@ class NarrowWalk {
 
   // Mix `keys` keys from buffer `cur` beside scoring `next_keys` into the other.
   void Pipelined(int64_t cur, int64_t keys, int64_t next_keys) {
-    // NarrowPipelines admits one row, and K and V of one type.
-    WithStorageType(h_.k_type, [&](auto tag) {
-      using T = decltype(tag);
-      if (row_walk_) {
-        scratch_.SetScoreBuffer(cur);
-        const float* p = scratch_.s(0);
-        scratch_.SetScoreBuffer(1 - cur);
-        float* s_next = scratch_.s(0);
-        bool any_hidden = false;
-        for (int64_t j = 0; j < keys; ++j) any_hidden |= IsHiddenWeight(p[j]);
-        const int64_t vectors = h_.dv / int64_t(hn::Lanes(DF()));
+    // NarrowRowWalks and NarrowPipelines admit one row, and K and V of one
+    // type.
+    if (row_walk_) {
+      scratch_.SetScoreBuffer(cur);
+      const float* p = scratch_.s(0);
+      scratch_.SetScoreBuffer(1 - cur);
+      float* s_next = scratch_.s(0);
+      bool any_hidden = false;
+      for (int64_t j = 0; j < keys; ++j) any_hidden |= IsHiddenWeight(p[j]);
+      const int64_t vectors = h_.dv / int64_t(hn::Lanes(DF()));
+      auto row_keys = [&](auto tag) {
+        using T = decltype(tag);
         NarrowRowKeysN<kNarrowRowMaxVectors, T, T>(vectors, any_hidden, scratch_.q(0), p, keys,
                                                    s_next, next_keys, scratch_.o(0), k_rows_,
                                                    v_rows_);
-        return;
-      }
+      };
+      if (h_.k_type == DType::kQ8_0) return row_keys(Q8_0Row());
+      return WithStorageType(h_.k_type, row_keys);
+    }
+    WithStorageType(h_.k_type, [&](auto tag) {
+      using T = decltype(tag);
       NarrowPipelinedKeys<1, T, T>(h_, scratch_, cur, keys, next_keys, key_end_, k_rows_, v_rows_,
                                    k_ahead_, v_ahead_);
     });

@@ -55,11 +55,13 @@
 #include <stdint.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "hwy/highway.h"
 #include "kernels/common/microkernels-inl.h"  // DF, VF, IsHiddenWeight
 #include "kernels/common/vec_array-inl.h"     // ATTN_VEC_ARRAY, ATTN_AT
-#include "kernels/common/widen-inl.h"         // LoadWide
+#include "kernels/common/convert.h"          // kQ8_0BlockElements, kQ8_0BlockBytes
+#include "kernels/common/widen-inl.h"         // LoadWide, LoadQ8_0Ints, Q8_0ScaleVec
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
@@ -104,6 +106,29 @@ HWY_INLINE void SumFourDots(VF d0, VF d1, VF d2, VF d3, int64_t count, float* HW
 #endif
 }
 
+// The row walk's element type for ggml's q8_0 rows (34-byte blocks of 32
+// int8 and a binary16 scale).
+struct Q8_0Row {};
+
+// Vector n of a row (elements n·N .. n·N + N - 1) as float32: widened
+// exactly (LoadWide), or a q8_0 row's int8 values times their block's
+// scale (exact in float32; the values narrow_q8-inl.h's passes compute).
+template <typename T>
+HWY_INLINE VF LoadRowVector(const char* HWY_RESTRICT row, int64_t n) {
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  if constexpr (std::is_same_v<T, Q8_0Row>) {
+    constexpr int64_t kBlock = internal::kQ8_0BlockElements;
+    const int64_t col = n * N;
+    const uint8_t* HWY_RESTRICT block =
+        reinterpret_cast<const uint8_t*>(row) + col / kBlock * internal::kQ8_0BlockBytes;
+    return hn::Mul(LoadQ8_0Ints(df, block + 2 + col % kBlock),
+                   Q8_0ScaleVec(df, reinterpret_cast<const Q8_0Block*>(block)));
+  } else {
+    return LoadWide(df, reinterpret_cast<const T*>(row) + n * N);
+  }
+}
+
 // One step of the row walk for a view with d = d_v = V vectors: the mix of
 // the current tile's `keys` keys (weights p) into o beside the scores of
 // the next tile's `next_keys` keys (into s_next), a key of each in turn, K
@@ -129,18 +154,18 @@ HWY_INLINE void NarrowRowKeys(const float* HWY_RESTRICT q, const float* HWY_REST
       const int64_t i = j + b;
       ATTN_AT(dot, b) = hn::Zero(df);
       if (i < next_keys) {  // one FMA chain in column order, as NarrowScoreBlock
-        const TK* HWY_RESTRICT k = reinterpret_cast<const TK*>(k_rows.Next());
+        const char* HWY_RESTRICT k = k_rows.Next();
         for (int n = 0; n < V; ++n) {
-          ATTN_AT(dot, b) = hn::MulAdd(ATTN_AT(qv, n), LoadWide(df, k + n * N), ATTN_AT(dot, b));
+          ATTN_AT(dot, b) = hn::MulAdd(ATTN_AT(qv, n), LoadRowVector<TK>(k, n), ATTN_AT(dot, b));
         }
       }
       if (i < keys) {
-        const TV* HWY_RESTRICT v = reinterpret_cast<const TV*>(v_rows.Next());
+        const char* HWY_RESTRICT v = v_rows.Next();
         const float w = p[i];
         if (kSkipHidden && IsHiddenWeight(w)) continue;
         const VF pb = hn::Set(df, w);
         for (int n = 0; n < V; ++n) {
-          ATTN_AT(acc, n) = hn::MulAdd(pb, LoadWide(df, v + n * N), ATTN_AT(acc, n));
+          ATTN_AT(acc, n) = hn::MulAdd(pb, LoadRowVector<TV>(v, n), ATTN_AT(acc, n));
         }
       }
     }
