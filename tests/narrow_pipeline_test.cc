@@ -91,6 +91,34 @@ std::vector<Shape> DecodeShapes() {
       shapes.push_back(s);
     }
   }
+  // Views of 2-4 rows (GQA groups of 2, 3 and 4 query heads; 3 causal
+  // query rows of one head, each with its own last key): the row walk's
+  // group form where d = d_v (at most 8 vectors).
+  for (DType kv : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0}) {
+    for (int64_t tk : {3, 37, 300, 1100}) {
+      for (int64_t group : {2, 3, 4}) {
+        Shape s;
+        s.kv_heads = 2;
+        s.q_heads = 2 * group;
+        s.tq = 1;
+        s.tk = tk;
+        s.d = s.dv = tk % 2 ? 64 : 128;
+        s.k_type = s.v_type = kv;
+        s.seed = seed++;
+        s.causal = Causal::kBottomRight;
+        s.additive_mask = tk == 37;
+        shapes.push_back(s);
+      }
+      Shape rows;
+      rows.tq = 3;
+      rows.tk = tk;
+      rows.d = rows.dv = 64;
+      rows.k_type = rows.v_type = kv;
+      rows.seed = seed++;
+      rows.causal = Causal::kBottomRight;
+      shapes.push_back(rows);
+    }
+  }
   return shapes;
 }
 

@@ -138,8 +138,12 @@
 // needs cost the rest. Reading each K row whole, K and V a row at a time
 // each, with no prefetch, took 16 heads of float32 from 0.39-0.48 to
 // 0.76-0.91 of the read probe (AMD EPYC Zen 4; figures in that file). GQA
-// groups (the tiled walk) with the same row order and no prefetch measured
-// 0.27-0.54 against 0.36-0.44, within the noise, so they keep this order.
+// groups of 2 or 4 rows take it too (each K row's dot products for all the
+// rows, rows 0-1 mixed beside them, rows 2-3 over the tile's V rows again
+// from L1): float32 GQA 32/8 from 0.37-0.41 to 0.56-0.66; 16-bit groups
+// stayed at 0.40-0.46, near Zen 4's FMA limit for 4 rows (64 vector FMAs
+// per 512 bytes of K/V). Only this file's score blocks with the same row
+// order and no prefetch measured 0.27-0.54 against 0.36-0.44.
 #if defined(ATTN_KERNELS_STREAMING_NARROW_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_KERNELS_STREAMING_NARROW_INL_H_
 #undef ATTN_KERNELS_STREAMING_NARROW_INL_H_
@@ -741,16 +745,19 @@ HWY_BEFORE_NAMESPACE();
 namespace attn {
 namespace HWY_NAMESPACE {
 
-// Whether a view takes the row walk (narrow_row-inl.h): one row, K and V
-// of one type (float32, bf16, f16, or q8_0 where a vector tiles a block),
-// d = d_v of at most kNarrowRowMaxVectors whole vectors.
+// Whether a view takes the row walk (narrow_row-inl.h): 1, 2 or 4 rows, K
+// and V of one type (float32, bf16, f16, or q8_0 for one row where a
+// vector tiles a block), d = d_v of 2, 4 or 8 whole vectors
+// (NarrowRowStepExists). q8_0 groups keep the tiled walk: the group walk,
+// which dequantises each V row twice (rows 0-1, then 2-3), ran GQA 32/8
+// q8_0 decode at 92-95 tokens/s against 108-117 (AMD EPYC Zen 4).
 HWY_INLINE bool NarrowRowWalks(const internal::HeadView& h) {
   const int64_t N = int64_t(hn::Lanes(DF()));
   const int64_t vectors = h.dv / N;
-  return internal::NarrowPipelineAllowed().load(std::memory_order_relaxed) && h.tq == 1 &&
-         h.k_type == h.v_type && h.d == h.dv && h.dv % N == 0 && vectors >= 1 &&
-         vectors <= kNarrowRowMaxVectors &&
-         (h.k_type != DType::kQ8_0 || Q8_0VectorsTileBlocks(DF()));
+  return internal::NarrowPipelineAllowed().load(std::memory_order_relaxed) &&
+         h.k_type == h.v_type && h.d == h.dv && h.dv % N == 0 &&
+         NarrowRowStepExists(h.tq, vectors) &&
+         (h.k_type != DType::kQ8_0 || (h.tq == 1 && Q8_0VectorsTileBlocks(DF())));
 }
 
 // Keys a step of the pipelined walk: S keys of the next tile scored (in
@@ -858,7 +865,7 @@ class NarrowWalk {
  public:
   NarrowWalk(const internal::HeadView& h, const Tiles& tiles, NarrowScratch& scratch)
       : h_(h), scratch_(scratch), k_rows_(h, false), v_rows_(h, true), k_ahead_(h, false),
-        v_ahead_(h, true) {
+        v_ahead_(h, true), v_again_(h, true) {
     const int64_t rows = h.tq;
     // The mix walks the tile's V rows once per column chunk: the tile must
     // stay in L1 (16 KiB of V, in V's own element type: a 16-bit V fits
@@ -973,18 +980,34 @@ class NarrowWalk {
     // NarrowRowWalks and NarrowPipelines admit one row, and K and V of one
     // type.
     if (row_walk_) {
-      scratch_.SetScoreBuffer(cur);
-      const float* p = scratch_.s(0);
-      scratch_.SetScoreBuffer(1 - cur);
-      float* s_next = scratch_.s(0);
+      const int64_t rows = h_.tq;
+      const float* q[kNarrowGroupRows];
+      const float* p[kNarrowGroupRows];
+      float* s_next[kNarrowGroupRows];
+      float* o[kNarrowGroupRows];
       bool any_hidden = false;
-      for (int64_t j = 0; j < keys; ++j) any_hidden |= IsHiddenWeight(p[j]);
+      for (int64_t r = 0; r < rows; ++r) {
+        q[r] = scratch_.q(r);
+        o[r] = scratch_.o(r);
+        scratch_.SetScoreBuffer(cur);
+        p[r] = scratch_.s(r);
+        scratch_.SetScoreBuffer(1 - cur);
+        s_next[r] = scratch_.s(r);
+        for (int64_t j = 0; j < keys; ++j) any_hidden |= IsHiddenWeight(p[r][j]);
+      }
+      scratch_.SetScoreBuffer(0);
+      v_again_.Seek(j0_);
       const int64_t vectors = h_.dv / int64_t(hn::Lanes(DF()));
       auto row_keys = [&](auto tag) {
         using T = decltype(tag);
-        NarrowRowKeysN<kNarrowRowMaxVectors, T, T>(vectors, any_hidden, scratch_.q(0), p, keys,
-                                                   s_next, next_keys, scratch_.o(0), k_rows_,
-                                                   v_rows_);
+        auto step = [&](auto rows_tag) {
+          NarrowRowStep<decltype(rows_tag)::value, T, T>(vectors, any_hidden, q, p, keys, s_next,
+                                                          next_keys, o, k_rows_, v_rows_,
+                                                          v_again_);
+        };
+        if (rows == 1) return step(std::integral_constant<int, 1>());
+        if (rows == 2) return step(std::integral_constant<int, 2>());
+        step(std::integral_constant<int, 4>());
       };
       if (h_.k_type == DType::kQ8_0) return row_keys(Q8_0Row());
       return WithStorageType(h_.k_type, row_keys);
@@ -1003,7 +1026,7 @@ class NarrowWalk {
   // made weights in buffer cur_ once primed_.
   bool pipelined_ = false, primed_ = false, row_walk_ = false;
   int64_t keys_ = 0, cur_ = 0;
-  KeyRowCursor k_rows_, v_rows_, k_ahead_, v_ahead_;
+  KeyRowCursor k_rows_, v_rows_, k_ahead_, v_ahead_, v_again_;
 };
 
 // Views of up to NarrowMaxRows() rows: normalised output and lse.

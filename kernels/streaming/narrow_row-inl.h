@@ -3,9 +3,10 @@
 // and tile t + 1's scores a key at a time, K row then V row, with the
 // output accumulators in registers for the whole tile. narrow-inl.h
 // includes this file after its building blocks (KeyRowCursor, the lane
-// sums) and takes this walk for one-row views whose V row fits in
-// kNarrowRowMaxVectors registers, d = d_v (NarrowRowWalks); other views
-// take the pipelined or the tiled walk there.
+// sums) and takes this walk for views of 1, 2 or 4 rows with d = d_v of
+// 2, 4 or 8 vectors (NarrowRowWalks, NarrowRowStepExists: q and o fit in
+// registers, d <= 128 on AVX-512); other views take the pipelined or the
+// tiled walk there.
 //
 // Algorithm, per step of four keys: for each key, its K row's dot product
 // with q (one FMA chain over the columns, K read row by row, in address
@@ -43,7 +44,14 @@
 // against 14.3-15.4 (bw_frac 0.73-0.88 against 0.48-0.54), bf16 23.7-24.6
 // against 17.8-20.1 (0.81-0.84), f16 23.8-25.0 against 19.2-20.1
 // (0.80-0.85); two threads 32-36 GB/s against 16-32. From L2 (one head,
-// 8192 keys of float32) 57-59 GB/s against 34-36.
+// 8192 keys of float32) 57-59 GB/s against 34-36. q8_0 rows (one row;
+// LoadRowVector) 14.2-14.6 GB/s against 10.0-10.2 for its tiled passes.
+// GQA 32/8 groups of 4 rows (NarrowRowGroupKeys) against the tiled walk,
+// two rounds alternated, probe 27-30 GB/s: float32 one thread 15.8-19.5
+// GB/s against 7.6-11.7 (bw_frac 0.56-0.66 against 0.28-0.41), two
+// threads 28.6-28.9 against 18.6-19.9 (0.85 against 0.62); bf16 and f16
+// unchanged (12.1-13.4 against 11.5-12.6: bound by the FMAs, see
+// narrow-inl.h), so they take it as well.
 #if defined(ATTN_KERNELS_STREAMING_NARROW_ROW_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_KERNELS_STREAMING_NARROW_ROW_INL_H_
 #undef ATTN_KERNELS_STREAMING_NARROW_ROW_INL_H_
@@ -66,12 +74,6 @@
 HWY_BEFORE_NAMESPACE();
 namespace attn {
 namespace HWY_NAMESPACE {
-
-// The most vectors of a row the row walk keeps in registers, q's and o's
-// (2 x 8 + four dot products: within AVX-512's 32 registers at d = 128;
-// 16-register targets take heads up to 8 vectors too, q then partly
-// reloaded from the stack).
-constexpr int64_t kNarrowRowMaxVectors = 8;
 
 // Keys a tile of the row walk at most (the tile's weights and the next
 // tile's scores, 2 KiB, stay in L1). The tile sets how often the softmax
@@ -134,8 +136,8 @@ HWY_INLINE VF LoadRowVector(const char* HWY_RESTRICT row, int64_t n) {
 // the next tile's `next_keys` keys (into s_next), a key of each in turn, K
 // and V rows from their cursors; q and o in registers. kSkipHidden: some
 // weight is -0 (a key the row cannot see), whose V row is then not read.
-template <int V, bool kSkipHidden, typename TK, typename TV>
-HWY_INLINE void NarrowRowKeys(const float* HWY_RESTRICT q, const float* HWY_RESTRICT p,
+template <int V, typename TK, typename TV>
+HWY_INLINE void NarrowRowKeys(bool skip_hidden, const float* HWY_RESTRICT q, const float* HWY_RESTRICT p,
                               int64_t keys, float* HWY_RESTRICT s_next, int64_t next_keys,
                               float* HWY_RESTRICT o, KeyRowCursor& k_rows,
                               KeyRowCursor& v_rows) {
@@ -162,7 +164,7 @@ HWY_INLINE void NarrowRowKeys(const float* HWY_RESTRICT q, const float* HWY_REST
       if (i < keys) {
         const char* HWY_RESTRICT v = v_rows.Next();
         const float w = p[i];
-        if (kSkipHidden && IsHiddenWeight(w)) continue;
+        if (skip_hidden && IsHiddenWeight(w)) continue;
         const VF pb = hn::Set(df, w);
         for (int n = 0; n < V; ++n) {
           ATTN_AT(acc, n) = hn::MulAdd(pb, LoadRowVector<TV>(v, n), ATTN_AT(acc, n));
@@ -177,22 +179,112 @@ HWY_INLINE void NarrowRowKeys(const float* HWY_RESTRICT q, const float* HWY_REST
   for (int n = 0; n < V; ++n) hn::Store(ATTN_AT(acc, n), df, o + n * N);
 }
 
-template <int V, typename TK, typename TV>
-HWY_INLINE void NarrowRowKeysN(int64_t vectors, bool any_hidden, const float* HWY_RESTRICT q,
-                               const float* HWY_RESTRICT p, int64_t keys,
-                               float* HWY_RESTRICT s_next, int64_t next_keys,
-                               float* HWY_RESTRICT o, KeyRowCursor& k_rows,
-                               KeyRowCursor& v_rows) {
-  if constexpr (V > 0) {
-    if (vectors == V) {
-      if (any_hidden) {
-        return NarrowRowKeys<V, true, TK, TV>(q, p, keys, s_next, next_keys, o, k_rows, v_rows);
-      }
-      return NarrowRowKeys<V, false, TK, TV>(q, p, keys, s_next, next_keys, o, k_rows, v_rows);
-    }
-    NarrowRowKeysN<V - 1, TK, TV>(vectors, any_hidden, q, p, keys, s_next, next_keys, o, k_rows,
-                                  v_rows);
+// The row walk for a view of R rows (2 or 4: a GQA group sharing each K/V
+// row): as NarrowRowKeys, with each K row's R dot products (q from L1)
+// reduced together, one score per row; the mix of rows 0 and 1 beside the
+// scores, their o in registers; rows 2 and 3 then mixed over the tile's V
+// rows again (v_again, from L1: the tile's V rows were just read). Per row
+// and column the operations of the tiled walk in its order, so its bits.
+template <int V, int R, typename TK, typename TV>
+HWY_INLINE void NarrowRowGroupKeys(bool skip_hidden, const float* const* HWY_RESTRICT q,
+                                   const float* const* HWY_RESTRICT p, int64_t keys,
+                                   float* const* HWY_RESTRICT s_next, int64_t next_keys,
+                                   float* const* HWY_RESTRICT o, KeyRowCursor& k_rows,
+                                   KeyRowCursor& v_rows, KeyRowCursor& v_again) {
+  static_assert(R >= 2 && R <= 4, "a group of 2 to 4 rows");
+  constexpr int RA = 2;  // rows mixed beside the scores
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  ATTN_VEC_ARRAY2(VF, acc, RA, V);  // vec_array-inl.h
+  for (int r = 0; r < RA; ++r) {
+    for (int n = 0; n < V; ++n) ATTN_AT2(acc, r, n) = hn::Load(df, o[r] + n * N);
   }
+  const int64_t steps = std::max(keys, next_keys);
+  for (int64_t i = 0; i < steps; ++i) {
+    if (i < next_keys) {
+      ATTN_VEC_ARRAY(VF, dot, 4);
+      for (int r = 0; r < 4; ++r) ATTN_AT(dot, r) = hn::Zero(df);
+      const char* HWY_RESTRICT k = k_rows.Next();
+      for (int n = 0; n < V; ++n) {
+        const VF kv = LoadRowVector<TK>(k, n);
+        for (int r = 0; r < R; ++r) {
+          ATTN_AT(dot, r) = hn::MulAdd(hn::Load(df, q[r] + n * N), kv, ATTN_AT(dot, r));
+        }
+      }
+      float scores[4];
+      SumFourDots(ATTN_AT(dot, 0), ATTN_AT(dot, 1), ATTN_AT(dot, 2), ATTN_AT(dot, 3), R, scores);
+      for (int r = 0; r < R; ++r) s_next[r][i] = scores[r];
+    }
+    if (i < keys) {
+      const char* HWY_RESTRICT v = v_rows.Next();
+      ATTN_VEC_ARRAY(VF, vv, V);
+      for (int n = 0; n < V; ++n) ATTN_AT(vv, n) = LoadRowVector<TV>(v, n);
+      for (int r = 0; r < RA; ++r) {
+        const float w = p[r][i];
+        if (skip_hidden && IsHiddenWeight(w)) continue;
+        const VF pb = hn::Set(df, w);
+        for (int n = 0; n < V; ++n) {
+          ATTN_AT2(acc, r, n) = hn::MulAdd(pb, ATTN_AT(vv, n), ATTN_AT2(acc, r, n));
+        }
+      }
+    }
+  }
+  for (int r = 0; r < RA; ++r) {
+    for (int n = 0; n < V; ++n) hn::Store(ATTN_AT2(acc, r, n), df, o[r] + n * N);
+  }
+  if constexpr (R > RA) {
+    constexpr int RB = R - RA;
+    ATTN_VEC_ARRAY2(VF, acc_b, RB, V);
+    for (int r = 0; r < RB; ++r) {
+      for (int n = 0; n < V; ++n) ATTN_AT2(acc_b, r, n) = hn::Load(df, o[RA + r] + n * N);
+    }
+    for (int64_t i = 0; i < keys; ++i) {
+      const char* HWY_RESTRICT v = v_again.Next();
+      ATTN_VEC_ARRAY(VF, vv, V);
+      for (int n = 0; n < V; ++n) ATTN_AT(vv, n) = LoadRowVector<TV>(v, n);
+      for (int r = 0; r < RB; ++r) {
+        const float w = p[RA + r][i];
+        if (skip_hidden && IsHiddenWeight(w)) continue;
+        const VF pb = hn::Set(df, w);
+        for (int n = 0; n < V; ++n) {
+          ATTN_AT2(acc_b, r, n) = hn::MulAdd(pb, ATTN_AT(vv, n), ATTN_AT2(acc_b, r, n));
+        }
+      }
+    }
+    for (int r = 0; r < RB; ++r) {
+      for (int n = 0; n < V; ++n) hn::Store(ATTN_AT2(acc_b, r, n), df, o[RA + r] + n * N);
+    }
+  }
+}
+
+// The row walk's step for R rows (1, 2 or 4) and a row of `vectors` (2, 4
+// or 8) vectors: the only sizes instantiated, each costing compile time in
+// every file that includes the narrow path (NarrowRowWalks admits these).
+template <int R, typename TK, typename TV>
+HWY_INLINE void NarrowRowStep(int64_t vectors, bool skip_hidden,
+                              const float* const* HWY_RESTRICT q,
+                              const float* const* HWY_RESTRICT p, int64_t keys,
+                              float* const* HWY_RESTRICT s_next, int64_t next_keys,
+                              float* const* HWY_RESTRICT o, KeyRowCursor& k_rows,
+                              KeyRowCursor& v_rows, KeyRowCursor& v_again) {
+  auto step = [&](auto v_tag) {
+    constexpr int V = decltype(v_tag)::value;
+    if constexpr (R == 1) {
+      NarrowRowKeys<V, TK, TV>(skip_hidden, q[0], p[0], keys, s_next[0], next_keys, o[0], k_rows,
+                               v_rows);
+    } else {
+      NarrowRowGroupKeys<V, R, TK, TV>(skip_hidden, q, p, keys, s_next, next_keys, o, k_rows,
+                                       v_rows, v_again);
+    }
+  };
+  if (vectors == 8) return step(std::integral_constant<int, 8>());
+  if (vectors == 4) return step(std::integral_constant<int, 4>());
+  step(std::integral_constant<int, 2>());
+}
+
+// Whether the row walk has a step for R rows of `vectors` vectors.
+HWY_INLINE bool NarrowRowStepExists(int64_t rows, int64_t vectors) {
+  return (rows == 1 || rows == 2 || rows == 4) && (vectors == 2 || vectors == 4 || vectors == 8);
 }
 
 }  // namespace HWY_NAMESPACE
