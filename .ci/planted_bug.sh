@@ -3,7 +3,7 @@
 # kernel. Not run by .ci/run (each builds the library once more); see
 # docs/reliability.md.
 #
-#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk] [--keep]  (default: tail)
+#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup] [--keep]  (default: tail)
 #
 # tail    .ci/planted/tail-off-by-one.patch (issue 7): the tail block of
 #         ForEachRowBlock (kernels/common/microkernels-inl.h) gets one row
@@ -88,6 +88,11 @@
 #         weight. Release build; tests/kernels_test (every kernel and target
 #         against the float64 bound) must fail on the one-row shapes with
 #         d = d_v.
+# rowgroup .ci/planted/row-group-weights-swapped.patch (issue 24): the
+#         row walk's GQA groups (NarrowRowGroupKeys) mix rows 2 and 3 with
+#         the weights of rows 0 and 1. Release build; tests/gqa_test
+#         (every kernel and target against the float64 bound) must fail on
+#         its decode shape (4-row groups, d = 128).
 #
 # Each: copies the committed tree (git archive HEAD) to a temporary
 # directory, applies the patch there (never to the tree), builds the one
@@ -103,8 +108,8 @@ keep=0
 for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
-    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk) case=$arg ;;
-    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk] [--keep]" >&2; exit 2 ;;
+    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup) case=$arg ;;
+    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup] [--keep]" >&2; exit 2 ;;
   esac
 done
 configure=(-DCMAKE_BUILD_TYPE=Release)  # the README's build, unless the case says otherwise
@@ -132,6 +137,7 @@ case "$case" in
   diag) patch=.ci/planted/diag-shift-dropped.patch test=varlen_test filter='Cases/VarlenTest.*' ;;
   pipeline) patch=.ci/planted/pipeline-last-key-dropped.patch test=kernels_test filter='Shapes/KernelsTest.*' ;;
   rowwalk) patch=.ci/planted/row-walk-weight-shifted.patch test=kernels_test filter='Shapes/KernelsTest.*' ;;
+  rowgroup) patch=.ci/planted/row-group-weights-swapped.patch test=gqa_test filter='Gqa.*' ;;
   arm)
     patch=.ci/planted/fp16-sign-dropped.patch test=dtype_test filter='*'
     # Relative: cmake finds it in the copied source tree.
