@@ -745,16 +745,22 @@ HWY_BEFORE_NAMESPACE();
 namespace attn {
 namespace HWY_NAMESPACE {
 
-// Whether a view takes the row walk (narrow_row-inl.h): 1, 2 or 4 rows, K
-// and V of one type (float32, bf16, f16, or q8_0 for one row where a
+// Whether a view takes the row walk (narrow_row-inl.h): 1, 2 or 4 rows of
+// K and V rows adjacent in memory, of one type (float32, bf16, f16, or q8_0 for one row where a
 // vector tiles a block), d = d_v of 2, 4 or 8 whole vectors
 // (NarrowRowStepExists). q8_0 groups keep the tiled walk: the group walk,
 // which dequantises each V row twice (rows 0-1, then 2-3), ran GQA 32/8
-// q8_0 decode at 92-95 tokens/s against 108-117 (AMD EPYC Zen 4).
+// q8_0 decode at 92-95 tokens/s against 108-117 (AMD EPYC Zen 4). K and V
+// rows adjacent in memory, no pages: with no software prefetch, the row
+// walk on token-major pages and rows (attn-bench serving/decode_step, 8
+// kv heads of bf16 in each token row, views taken in turn by NarrowHeads)
+// ran at 6.0-6.3 GB/s against 7.0 at one thread, 7.9-10.6 against
+// 13.0-14.7 at two, so strided and paged views keep the other walks.
 HWY_INLINE bool NarrowRowWalks(const internal::HeadView& h) {
   const int64_t N = int64_t(hn::Lanes(DF()));
   const int64_t vectors = h.dv / N;
   return internal::NarrowPipelineAllowed().load(std::memory_order_relaxed) &&
+         h.spans == nullptr && h.k_stride == h.d && h.v_stride == h.dv &&
          h.k_type == h.v_type && h.d == h.dv && h.dv % N == 0 &&
          NarrowRowStepExists(h.tq, vectors) &&
          (h.k_type != DType::kQ8_0 || (h.tq == 1 && Q8_0VectorsTileBlocks(DF())));
