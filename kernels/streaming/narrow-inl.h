@@ -130,8 +130,8 @@
 // per-key work around the same arithmetic (the score reduction and
 // softmax, the row cursors and prefetch requests).
 //
-// The row walk (narrow_row-inl.h: one-row views with d = d_v of at most 8
-// vectors, i.e. d <= 128 on AVX-512) found most of that gap elsewhere: the
+// The row walk (narrow_row-inl.h: views of 1, 2 or 4 rows with d = d_v of
+// 2, 4 or 8 vectors, i.e. d <= 128 on AVX-512) found most of that gap elsewhere: the
 // score blocks here load their keys' K vectors a column at a time across
 // the block's rows, an order across cache lines that cost a standalone
 // loop half its DRAM rate on Zen 4, and the software prefetch that order
@@ -578,13 +578,57 @@ HWY_INLINE void NarrowSoftmaxRow(float* HWY_RESTRICT s, int64_t keys, NarrowRowS
   stats.max = new_max;
 }
 
+// The rows of a view's keys in increasing order, one a step, K's or V's,
+// across the view's runs (a paged cache's pages: RunAt) or along its stride.
+class KeyRowCursor {
+ public:
+  KeyRowCursor(const internal::HeadView& h, bool values) : h_(&h), values_(values) {
+    step_ = values ? internal::BytesOf(h.v_type, h.v_stride)
+                   : internal::BytesOf(h.k_type, h.k_stride);
+  }
+  void Seek(int64_t key) {
+    key_ = key;
+    left_ = 0;
+  }
+  int64_t key() const { return key_; }
+  // Whether keys key() .. key() + n - 1 are contiguous at the row stride.
+  HWY_INLINE bool Contiguous(int64_t n) {
+    Load();
+    return left_ >= n;
+  }
+  // The row of key(); then key() moves on n keys (n <= 1, or Contiguous(n)).
+  HWY_INLINE const char* Next(int64_t n = 1) {
+    Load();
+    const char* row = row_;
+    row_ += n * step_;
+    left_ -= n;
+    key_ += n;
+    return row;
+  }
+
+ private:
+  HWY_INLINE void Load() {
+    if (left_ > 0) return;
+    const internal::KeyRun run = h_->RunAt(key_, &hint_);
+    row_ = static_cast<const char*>(values_ ? run.v : run.k);
+    left_ = run.keys;
+  }
+
+  const internal::HeadView* h_;
+  bool values_;
+  const char* row_ = nullptr;
+  int64_t step_ = 0, key_ = 0, left_ = 0, hint_ = 0;
+};
+
 }  // namespace HWY_NAMESPACE
 }  // namespace attn
 HWY_AFTER_NAMESPACE();
 
-// q8_0 K and V (ggml's blocks): the score and mix passes, built on the
-// pieces above (its own per-target include guard).
+// q8_0 K and V (ggml's blocks): the score and mix passes; the row walk for
+// views whose rows fit in registers; both built on the pieces above (each
+// with its own per-target include guard).
 #include "kernels/streaming/narrow_q8-inl.h"
+#include "kernels/streaming/narrow_row-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
@@ -693,57 +737,6 @@ HWY_INLINE bool NarrowPipelines(const internal::HeadView& h) {
          h.k_type == h.v_type && h.k_type != DType::kQ8_0 && h.dv % N == 0;
 }
 
-// The rows of a view's keys in increasing order, one a step, K's or V's,
-// across the view's runs (a paged cache's pages: RunAt) or along its stride.
-class KeyRowCursor {
- public:
-  KeyRowCursor(const internal::HeadView& h, bool values) : h_(&h), values_(values) {
-    step_ = values ? internal::BytesOf(h.v_type, h.v_stride)
-                   : internal::BytesOf(h.k_type, h.k_stride);
-  }
-  void Seek(int64_t key) {
-    key_ = key;
-    left_ = 0;
-  }
-  int64_t key() const { return key_; }
-  // Whether keys key() .. key() + n - 1 are contiguous at the row stride.
-  HWY_INLINE bool Contiguous(int64_t n) {
-    Load();
-    return left_ >= n;
-  }
-  // The row of key(); then key() moves on n keys (n <= 1, or Contiguous(n)).
-  HWY_INLINE const char* Next(int64_t n = 1) {
-    Load();
-    const char* row = row_;
-    row_ += n * step_;
-    left_ -= n;
-    key_ += n;
-    return row;
-  }
-
- private:
-  HWY_INLINE void Load() {
-    if (left_ > 0) return;
-    const internal::KeyRun run = h_->RunAt(key_, &hint_);
-    row_ = static_cast<const char*>(values_ ? run.v : run.k);
-    left_ = run.keys;
-  }
-
-  const internal::HeadView* h_;
-  bool values_;
-  const char* row_ = nullptr;
-  int64_t step_ = 0, key_ = 0, left_ = 0, hint_ = 0;
-};
-
-// The row walk for one-row views whose V row fits in registers (its own
-// per-target include guard).
-}  // namespace HWY_NAMESPACE
-}  // namespace attn
-HWY_AFTER_NAMESPACE();
-#include "kernels/streaming/narrow_row-inl.h"
-HWY_BEFORE_NAMESPACE();
-namespace attn {
-namespace HWY_NAMESPACE {
 
 // Whether a view takes the row walk (narrow_row-inl.h): 1, 2 or 4 rows of
 // K and V rows adjacent in memory, of one type (float32, bf16, f16, or q8_0 for one row where a
