@@ -303,6 +303,31 @@ HWY_INLINE VF SumBlocksOfFour(VF w0, VF w1, VF w2, VF w3) {
 }
 #endif
 
+// out[b] = Σ of dot[b]'s lanes for b < count (<= 4), summed in the order of
+// NarrowScoreBlock (SumFourPerBlock, then the 128-bit blocks), so a score
+// has the tiled walk's bits.
+HWY_INLINE void SumFourDots(VF d0, VF d1, VF d2, VF d3, int64_t count, float* HWY_RESTRICT out) {
+  const DF df;
+  const VF w = SumFourPerBlock(d0, d1, d2, d3);
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  // As SumBlocksOfFour: (block 0 + block 1) + (block 2 + block 3).
+  const VF t = hn::Add(w, hn::SwapAdjacentBlocks(w));
+  const VF sums = hn::Add(t, hn::ConcatUpperUpper(df, t, t));
+  HWY_ALIGN float lanes[hn::MaxLanes(DF())];
+  hn::Store(sums, df, lanes);
+  for (int64_t b = 0; b < count; ++b) out[b] = lanes[b];
+#else
+  const int64_t N = int64_t(hn::Lanes(df));
+  HWY_ALIGN float blocks[hn::MaxLanes(DF())];
+  hn::Store(w, df, blocks);
+  for (int64_t b = 0; b < count; ++b) {
+    float total = 0.0f;
+    for (int64_t blk = 0; blk < N / 4; ++blk) total += blocks[blk * 4 + b];
+    out[b] = total;
+  }
+#endif
+}
+
 // Scores of R rows against KB keys starting at k: s(r)[j0 + b] for b < KB.
 // TK: K's storage type (float, hwy::bfloat16_t, hwy::float16_t).
 template <int R, int KB, typename TK>
@@ -336,18 +361,10 @@ HWY_INLINE void NarrowScoreBlock(const NarrowScratch& scratch, int64_t row0, int
     hn::StoreU(SumBlocksOfFour(w[0], w[1], w[2], w[3]), df, sums + a);
   }
 #else
-  HWY_ALIGN float blocks[hn::MaxLanes(DF())];
   for (int a = 0; a < R * KB; a += 4) {
-    const VF w = SumFourPerBlock(ATTN_AT(acc, a),
-                                 a + 1 < R * KB ? ATTN_AT(acc, a + 1) : hn::Zero(df),
-                                 a + 2 < R * KB ? ATTN_AT(acc, a + 2) : hn::Zero(df),
-                                 a + 3 < R * KB ? ATTN_AT(acc, a + 3) : hn::Zero(df));
-    hn::Store(w, df, blocks);
-    for (int m = 0; m < 4; ++m) {
-      float total = 0.0f;
-      for (int64_t blk = 0; blk < N / 4; ++blk) total += blocks[blk * 4 + m];
-      sums[a + m] = total;
-    }
+    SumFourDots(ATTN_AT(acc, a), a + 1 < R * KB ? ATTN_AT(acc, a + 1) : hn::Zero(df),
+                a + 2 < R * KB ? ATTN_AT(acc, a + 2) : hn::Zero(df),
+                a + 3 < R * KB ? ATTN_AT(acc, a + 3) : hn::Zero(df), 4, sums + a);
   }
 #endif
   for (int r = 0; r < R; ++r) {

@@ -187,19 +187,11 @@ HWY_INLINE void NarrowScoreBlockQ8_0(const NarrowScratch& scratch, int64_t row0,
     for (int r = 0; r < R; ++r) std::memcpy(scratch.s(row0 + r) + j0, lanes + r * KB, KB * 4);
   }
 #else
-  HWY_ALIGN float blocks[hn::MaxLanes(DF())];
   float sums[R * KB + 3];
   for (int a = 0; a < R * KB; a += 4) {
-    const VF w = SumFourPerBlock(ATTN_AT(acc, a),
-                                 a + 1 < R * KB ? ATTN_AT(acc, a + 1) : hn::Zero(df),
-                                 a + 2 < R * KB ? ATTN_AT(acc, a + 2) : hn::Zero(df),
-                                 a + 3 < R * KB ? ATTN_AT(acc, a + 3) : hn::Zero(df));
-    hn::Store(w, df, blocks);
-    for (int m = 0; m < 4; ++m) {
-      float total = 0.0f;
-      for (int64_t blk = 0; blk < N / 4; ++blk) total += blocks[blk * 4 + m];
-      sums[a + m] = total;
-    }
+    SumFourDots(ATTN_AT(acc, a), a + 1 < R * KB ? ATTN_AT(acc, a + 1) : hn::Zero(df),
+                a + 2 < R * KB ? ATTN_AT(acc, a + 2) : hn::Zero(df),
+                a + 3 < R * KB ? ATTN_AT(acc, a + 3) : hn::Zero(df), 4, sums + a);
   }
   for (int r = 0; r < R; ++r)
     for (int b = 0; b < KB; ++b) scratch.s(row0 + r)[j0 + b] = sums[r * KB + b];

@@ -83,31 +83,6 @@ namespace HWY_NAMESPACE {
 // (AMD EPYC Zen 4, one process alternating the probe and the kernel).
 constexpr int64_t kNarrowRowTileKeys = 256;
 
-// out[b] = Σ of dot[b]'s lanes for b < count (<= 4), summed in the order of
-// NarrowScoreBlock (SumFourPerBlock, then the 128-bit blocks), so a score
-// has the tiled walk's bits.
-HWY_INLINE void SumFourDots(VF d0, VF d1, VF d2, VF d3, int64_t count, float* HWY_RESTRICT out) {
-  const DF df;
-  const VF w = SumFourPerBlock(d0, d1, d2, d3);
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  // As SumBlocksOfFour: (block 0 + block 1) + (block 2 + block 3).
-  const VF t = hn::Add(w, hn::SwapAdjacentBlocks(w));
-  const VF sums = hn::Add(t, hn::ConcatUpperUpper(df, t, t));
-  HWY_ALIGN float lanes[hn::MaxLanes(DF())];
-  hn::Store(sums, df, lanes);
-  for (int64_t b = 0; b < count; ++b) out[b] = lanes[b];
-#else
-  const int64_t N = int64_t(hn::Lanes(df));
-  HWY_ALIGN float blocks[hn::MaxLanes(DF())];
-  hn::Store(w, df, blocks);
-  for (int64_t b = 0; b < count; ++b) {
-    float total = 0.0f;
-    for (int64_t blk = 0; blk < N / 4; ++blk) total += blocks[blk * 4 + b];
-    out[b] = total;
-  }
-#endif
-}
-
 // The row walk's element type for ggml's q8_0 rows (34-byte blocks of 32
 // int8 and a binary16 scale).
 struct Q8_0Row {};
