@@ -158,6 +158,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "attn/attn.h"  // Tiles
@@ -203,9 +204,11 @@ struct NarrowRowStats {
 
 // Keys [at, at + keys) of a tile, contiguous in memory from k and v; K rows
 // contiguous from k for k_ahead keys (>= keys: the prefetch may run past
-// the tile, never past the run). When the run ends within the view, next_k
-// is the next run's first K row and next_keys its length (prefetched while
-// this run is scored), else null.
+// the tile, never past the run). For q8_0 K, when the run ends within the
+// view, next_k is the next run's first K row and next_keys its length
+// (prefetched while this run is scored), else null; other K types are
+// requested ahead across runs by KeyPrefetcher, so their chunks leave it
+// null and skip that second RunAt per run.
 struct NarrowChunk {
   const void* k = nullptr;
   const void* v = nullptr;
@@ -932,7 +935,7 @@ class NarrowWalk {
       ch.at = j - j0;
       ch.keys = std::min(run.keys, j0 + keys - j);
       ch.k_ahead = std::min(run.keys, key_end_ - j);
-      if (h.spans && run.keys == ch.keys && j + ch.keys < key_end_) {
+      if (h.k_type == DType::kQ8_0 && h.spans && run.keys == ch.keys && j + ch.keys < key_end_) {
         int64_t next_hint = hint_;
         const internal::KeyRun next = h.RunAt(j + ch.keys, &next_hint);
         ch.next_k = next.k;
@@ -1022,8 +1025,12 @@ class NarrowWalk {
                                                           v_again_);
         };
         if (rows == 1) return step(std::integral_constant<int, 1>());
-        if (rows == 2) return step(std::integral_constant<int, 2>());
-        step(std::integral_constant<int, 4>());
+        // q8_0 groups take the tiled walk (NarrowRowWalks): their steps are
+        // not instantiated, which saves their compile time in every target.
+        if constexpr (!std::is_same_v<T, Q8_0Row>) {
+          if (rows == 2) return step(std::integral_constant<int, 2>());
+          step(std::integral_constant<int, 4>());
+        }
       };
       if (h_.k_type == DType::kQ8_0) return row_keys(Q8_0Row());
       return WithStorageType(h_.k_type, row_keys);

@@ -41,13 +41,21 @@ void RunViews(int64_t count, const MakeView& view, const Tiles& tiles,
               StreamingScratch& scratch) {
   internal::HeadView run[kNarrowMaxInterleavedViews];
   NarrowScratch* scratches[kNarrowMaxInterleavedViews];
+  // The view that ends a run starts the next one (built once: a span view
+  // is made per call).
+  internal::HeadView next;
+  bool have_next = false;
   for (int64_t i = 0; i < count;) {
-    run[0] = view(i);
+    run[0] = have_next ? next : view(i);
+    have_next = false;
     int64_t n = 1;
     while (n < kNarrowMaxInterleavedViews && i + n < count) {
-      run[n] = view(i + n);
-      if (!SharesTokenRows(run[0], run[n])) break;
-      ++n;
+      next = view(i + n);
+      if (!SharesTokenRows(run[0], next)) {
+        have_next = true;
+        break;
+      }
+      run[n++] = next;
     }
     if (n == 1) {
       StreamingHead(run[0], tiles, scratch);
