@@ -1,6 +1,8 @@
 // The narrow path's pipelined walk (kernels/streaming/narrow-inl.h
 // NarrowPipelines: one query row, K and V of one 16- or 32-bit type, V rows
-// of whole vectors) and its row walk (narrow_row-inl.h: one-row views with
+// of whole vectors; in a run of token-major views, NarrowHeads, groups of 2
+// and 4 rows too, each view's steps taken in turn) and its row walk
+// (narrow_row-inl.h: one-row views with
 // d = d_v of at most 8 vectors, q8_0 K and V too) against the tiled walk, the simple
 // formulation both reorder: the same operations in the same order per row and column, so the
 // same bits, on every target, kernel and tile size, with masks, causal
@@ -117,6 +119,33 @@ std::vector<Shape> DecodeShapes() {
       rows.seed = seed++;
       rows.causal = Causal::kBottomRight;
       shapes.push_back(rows);
+    }
+  }
+  // Token-major K and V ([T, kv_heads, d]): the kv heads of a token row are
+  // a run of views (NarrowHeads) that take each pipelined step in turn, one
+  // row or groups of 2 and 4 rows; 9 kv heads make a run of 8 and one view
+  // alone; d = 40 a scalar tail in each dot product.
+  for (DType kv : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (int64_t tk : {3, 37, 300}) {
+      for (int64_t group : {1, 2, 4}) {
+        Shape s;
+        s.batch = tk == 37 ? 2 : 1;
+        s.kv_heads = 9;
+        s.q_heads = 9 * group;
+        s.tq = 1;
+        s.tk = tk;
+        s.d = s.dv = tk == 300 ? 128 : 64;
+        if (group == 1 && tk == 3) {
+          s.d = 40;
+          s.dv = 32;
+        }
+        s.k_type = s.v_type = kv;
+        s.layout = Layout::kBTHD;
+        s.seed = seed++;
+        s.causal = Causal::kBottomRight;
+        s.additive_mask = tk == 37;
+        shapes.push_back(s);
+      }
     }
   }
   return shapes;
