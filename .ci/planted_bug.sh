@@ -3,7 +3,7 @@
 # kernel. Not run by .ci/run (each builds the library once more); see
 # docs/reliability.md.
 #
-#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup] [--keep]  (default: tail)
+#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|stepped] [--keep]  (default: tail)
 #
 # tail    .ci/planted/tail-off-by-one.patch (issue 7): the tail block of
 #         ForEachRowBlock (kernels/common/microkernels-inl.h) gets one row
@@ -93,6 +93,13 @@
 #         the weights of rows 0 and 1. Release build; tests/gqa_test
 #         (every kernel and target against the float64 bound) must fail on
 #         its decode shape (4-row groups, d = 128).
+# stepped .ci/planted/stepped-group-weight-shifted.patch (issue 26): the
+#         pipelined walk's GQA groups, which run in lockstep over the kv
+#         heads of token-major K/V (NarrowHeads, kernels/streaming/
+#         narrow-inl.h), mix each 4-key step with the weights of the keys
+#         one later. Release build; tests/paged_test (token-major pages,
+#         groups of 2 rows, against the float64 bound on every variant and
+#         target) must fail.
 #
 # Each: copies the committed tree (git archive HEAD) to a temporary
 # directory, applies the patch there (never to the tree), builds the one
@@ -108,8 +115,8 @@ keep=0
 for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
-    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup) case=$arg ;;
-    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup] [--keep]" >&2; exit 2 ;;
+    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|stepped) case=$arg ;;
+    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|stepped] [--keep]" >&2; exit 2 ;;
   esac
 done
 configure=(-DCMAKE_BUILD_TYPE=Release)  # the README's build, unless the case says otherwise
@@ -138,6 +145,7 @@ case "$case" in
   pipeline) patch=.ci/planted/pipeline-last-key-dropped.patch test=kernels_test filter='Shapes/KernelsTest.*' ;;
   rowwalk) patch=.ci/planted/row-walk-weight-shifted.patch test=kernels_test filter='Shapes/KernelsTest.*' ;;
   rowgroup) patch=.ci/planted/row-group-weights-swapped.patch test=gqa_test filter='Gqa.*' ;;
+  stepped) patch=.ci/planted/stepped-group-weight-shifted.patch test=paged_test filter='*' ;;
   arm)
     patch=.ci/planted/fp16-sign-dropped.patch test=dtype_test filter='*'
     # Relative: cmake finds it in the copied source tree.

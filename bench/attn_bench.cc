@@ -1043,10 +1043,12 @@ std::vector<ServingRow> ServingRows() {
     m.threads = threads;
     rows.push_back(m);
   }
-  ServingRow v;
-  v.kind = ServingRow::Kind::kVarlenVsDense;
-  v.threads = 2;
-  rows.push_back(v);
+  for (int threads : {1, 2}) {
+    ServingRow v;
+    v.kind = ServingRow::Kind::kVarlenVsDense;
+    v.threads = threads;
+    rows.push_back(v);
+  }
   return rows;
 }
 
