@@ -71,13 +71,13 @@ struct PathTargets {
 };
 std::vector<PathTargets> RealDotPaths() {
   std::vector<PathTargets> out;
-  out.push_back({"avx512bf16-emulated", SupportedTargets()});
+  out.push_back({"avx512bf16-emulated", TestTargets()});
   if (OfferedOn("avx512bf16", "AVX3")) out.push_back({"avx512bf16", {"AVX3"}});
-  out.push_back({"amx-emulated", SupportedTargets()});
+  out.push_back({"amx-emulated", TestTargets()});
   if (OfferedOn("amx", "AVX3")) out.push_back({"amx", {"AVX3"}});
   // Arm's BFDOT (round to odd): its emulation everywhere, the instruction
   // on aarch64's NEON with FEAT_BF16 (qemu-aarch64 -cpu max has it).
-  out.push_back({"bfdot-emulated", SupportedTargets()});
+  out.push_back({"bfdot-emulated", TestTargets()});
   if (OfferedOn("bfdot", "NEON")) out.push_back({"bfdot", {"NEON"}});
   return out;
 }

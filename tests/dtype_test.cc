@@ -285,7 +285,7 @@ TEST(DTypeHostile, NonFiniteAndSubnormal16BitValuesOnEveryTarget) {
       owned.q16[owned.q16.size() / 7] = subnormal;
       owned.k16[owned.k16.size() / 2 + 1] = subnormal;
       const reference::Result ref = reference::Attention(owned.problem);
-      for (const std::string& target : SupportedTargets()) {
+      for (const std::string& target : TestTargets()) {
         ForceTarget(target);
         for (const Variant& variant : KernelVariants()) {
           owned.ClearOutputs();
@@ -311,7 +311,7 @@ TEST(DTypeOutput, SixteenBitOutputIsTheFloat32ResultRoundedOnce) {
       OwnedProblem f32_out = MakeProblem(s);
       s.out_type = type;
       OwnedProblem narrow_out = MakeProblem(s);
-      for (const std::string& target : SupportedTargets()) {
+      for (const std::string& target : TestTargets()) {
         ForceTarget(target);
         for (const Variant& variant : KernelVariants()) {
           f32_out.ClearOutputs();

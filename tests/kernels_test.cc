@@ -211,7 +211,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, KernelsTest, ::testing::ValuesIn(Shapes()),
 // default query block of one query row is one (partial) panel
 // (dispatch/tiles.cc, pinned by tests/tiles_test.cc).
 TEST(NarrowSweep, CoversEveryTargetsNarrowViews) {
-  for (const std::string& target : SupportedTargets()) {
+  for (const std::string& target : TestTargets()) {
     ForceTarget(target);
     SCOPED_TRACE(target);
     const int panel_width = DefaultTiles(1, 1, 1).q_block;
@@ -233,7 +233,7 @@ TEST(BoundTightness, CatchesDroppedKeyAndWrongScale) {
   Options naive;
   naive.kernel = KernelId::kNaive;
   const Bound bound = BoundFromNaive(RunAndCompare(owned, ref, naive), owned.problem, ref);
-  for (const std::string& target : SupportedTargets()) {
+  for (const std::string& target : TestTargets()) {
     ForceTarget(target);
     SCOPED_TRACE(target);
     Options streaming;

@@ -1,4 +1,5 @@
 // Runtime SIMD target selection: listing, forcing, and ATTN_TARGET.
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "attn/attn.h"
+#include "tests/test_util.h"
 
 namespace attn {
 namespace {
@@ -34,6 +36,36 @@ TEST(Targets, ForcingEachSupportedTargetMakesItCurrent) {
   EXPECT_EQ(CurrentTarget(), best);
   // The best supported target is the first in Highway's order (best first).
   EXPECT_EQ(best, SupportedTargets().front());
+}
+
+// ATTN_TEST_TARGETS narrows the targets the kernel tests iterate
+// (test::TestTargets; .ci/arm.sh at 128 and 256 bits): unset, every
+// supported target; set, those it names, in its order; a name this CPU does
+// not run, or nothing left, fails the test rather than testing nothing.
+TEST(Targets, TestTargetsFollowsAttnTestTargets) {
+  const char* saved = std::getenv("ATTN_TEST_TARGETS");
+  const std::string before = saved ? saved : "";
+  const std::vector<std::string> supported = SupportedTargets();
+  unsetenv("ATTN_TEST_TARGETS");
+  EXPECT_EQ(test::TestTargets(), supported);
+  const std::string lowest = supported.back();
+  setenv("ATTN_TEST_TARGETS", lowest.c_str(), 1);
+  EXPECT_EQ(test::TestTargets(), std::vector<std::string>{lowest});
+  if (supported.size() > 1) {
+    const std::string two = lowest + "," + supported.front();
+    setenv("ATTN_TEST_TARGETS", two.c_str(), 1);
+    EXPECT_EQ(test::TestTargets(), (std::vector<std::string>{lowest, supported.front()}));
+  }
+  const std::string unknown = "NOT_A_TARGET," + lowest;
+  setenv("ATTN_TEST_TARGETS", unknown.c_str(), 1);
+  EXPECT_NONFATAL_FAILURE(test::TestTargets(), "names NOT_A_TARGET");
+  setenv("ATTN_TEST_TARGETS", ",", 1);
+  EXPECT_NONFATAL_FAILURE(test::TestTargets(), "leaves no target to test");
+  if (saved) {
+    setenv("ATTN_TEST_TARGETS", before.c_str(), 1);
+  } else {
+    unsetenv("ATTN_TEST_TARGETS");
+  }
 }
 
 }  // namespace

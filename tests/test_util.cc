@@ -6,6 +6,7 @@
 #include <array>
 #include <cfloat>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -276,6 +277,24 @@ Errors RunAndCompare(OwnedProblem& owned, const reference::Result& ref, const Op
   return MaxErrors(owned.problem, ref);
 }
 
+std::vector<std::string> TestTargets() {
+  const std::vector<std::string> supported = SupportedTargets();
+  const char* env = std::getenv("ATTN_TEST_TARGETS");
+  if (env == nullptr || *env == '\0') return supported;
+  std::vector<std::string> chosen;
+  std::stringstream names(env);
+  for (std::string name; std::getline(names, name, ',');) {
+    if (name.empty()) continue;
+    if (std::find(supported.begin(), supported.end(), name) == supported.end()) {
+      ADD_FAILURE() << "ATTN_TEST_TARGETS names " << name << ", which this CPU does not run";
+      continue;
+    }
+    chosen.push_back(name);
+  }
+  if (chosen.empty()) ADD_FAILURE() << "ATTN_TEST_TARGETS=" << env << " leaves no target to test";
+  return chosen;
+}
+
 void ExpectVariantsWithinNaiveBound(OwnedProblem& owned, const std::vector<Variant>& variants,
                                     const std::function<void(const std::string&)>& after) {
   const reference::Result ref = reference::Attention(owned.problem);
@@ -283,7 +302,7 @@ void ExpectVariantsWithinNaiveBound(OwnedProblem& owned, const std::vector<Varia
   naive.kernel = KernelId::kNaive;
   const Errors naive_err = RunAndCompare(owned, ref, naive);
   const Bound bound = BoundFromNaive(naive_err, owned.problem, ref);
-  const std::vector<std::string> targets = SupportedTargets();
+  const std::vector<std::string> targets = TestTargets();
   ASSERT_FALSE(targets.empty());
   for (const std::string& target : targets) {
     ForceTarget(target);

@@ -108,9 +108,17 @@ Variant MakeVariant(const std::string& name, KernelId kernel, int threads, Tiles
 // - auto on 1 and 2 threads.
 std::vector<Variant> KernelVariants(int extra_threads = 0);
 
+// The targets the per-target kernel tests iterate: SupportedTargets(), or
+// those named in the environment variable ATTN_TEST_TARGETS (comma-
+// separated, e.g. "SVE2_128,SVE"), so that a rerun at another SIMD vector
+// length under an emulator (.ci/arm.sh) repeats only the targets whose code
+// depends on it. A name this CPU does not run, or an empty list, is a test
+// failure.
+std::vector<std::string> TestTargets();
+
 // The kernel tests' core: the naive kernel's error on `owned` gives the
-// bound (BoundFromNaive); then every variant on every target this CPU
-// supports must meet it. `after(where)` runs after each variant (extra
+// bound (BoundFromNaive); then every variant on every target of
+// TestTargets() must meet it. `after(where)` runs after each variant (extra
 // checks on owned's buffers); `where` is "<target> <variant>".
 void ExpectVariantsWithinNaiveBound(OwnedProblem& owned, const std::vector<Variant>& variants,
                                     const std::function<void(const std::string&)>& after = {});
