@@ -1146,9 +1146,9 @@ HWY_INLINE void NarrowHead(const internal::HeadView& h, const Tiles& tiles,
 // 128, T_k = 32768, token-major [T, 8, d], against the tiles of each view
 // in turn (the same library before, alternated): bf16 9.0-10.0 GB/s
 // against 7.4, float32 13.0-13.3 against 8.2 (head-major K/V, the row
-// walk: 11-12 and 13-17); 16 heads of one row each, bf16 8.8-9.0 -> 11.8-12.0,
-// float32 10.4-10.5 -> 13.7-13.8 (head-major 23-26); attn-bench serving/decode_step, two rounds
-// alternated: contiguous 10.1-10.5 against 7.4 GB/s at one thread, 19.8-20.3
+// walk: 11-12 and 13-17); 16 heads of one row each, bf16 11.8-12.0
+// against 8.8-9.0, float32 13.7-13.8 against 10.4-10.5 (head-major
+// 23-26); attn-bench serving/decode_step, two rounds alternated: contiguous 10.1-10.5 against 7.4 GB/s at one thread, 19.8-20.3
 // against 14.7-14.9 at two; pages of 16 tokens 8.7-8.8 against 6.6, 17.0-17.2
 // against 13.2-13.3; of 128 tokens 9.7-9.8 against 6.9-7.2, 19.0-19.2
 // against 14.2-14.3. A standalone AVX-512 loop of the same steps (float32,
