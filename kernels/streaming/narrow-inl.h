@@ -750,22 +750,15 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
 // groups pipelined ran within the noise of tiled (same VM, two binaries
 // alternated four times, T_k = 32768: float32 8.7-11.1 GB/s against
 // 8.9-10.0, f16 6.7-9.5 against 7.6-9.7, bf16 6.4-7.6 against 7.1-9.0), so
-// groups stay tiled.
-HWY_INLINE bool NarrowPipelines(const internal::HeadView& h) {
+// groups stay tiled, except with in_run: the view is one of a run that
+// shares token rows (NarrowHeads: the kv heads of token-major K/V, [T,
+// kv_heads, d] or FlashAttention's pages), whose views then take each step
+// in lockstep, and there groups of 2 or 4 rows pipeline as well.
+HWY_INLINE bool NarrowPipelines(const internal::HeadView& h, bool in_run = false) {
   const int64_t N = int64_t(hn::Lanes(DF()));
-  return internal::NarrowPipelineAllowed().load(std::memory_order_relaxed) && h.tq == 1 &&
+  const bool rows = h.tq == 1 || (in_run && (h.tq == 2 || h.tq == 4));
+  return internal::NarrowPipelineAllowed().load(std::memory_order_relaxed) && rows &&
          h.k_type == h.v_type && h.k_type != DType::kQ8_0 && h.dv % N == 0;
-}
-
-// Whether a view of a run that shares token rows (NarrowHeads: the kv heads
-// of token-major K/V, [T, kv_heads, d] or FlashAttention's pages) takes the
-// pipelined walk: as NarrowPipelines, and groups of 2 or 4 rows as well,
-// since the run's views then take each step in turn (see NarrowHeads).
-HWY_INLINE bool NarrowPipelinesInRun(const internal::HeadView& h) {
-  const int64_t N = int64_t(hn::Lanes(DF()));
-  return internal::NarrowPipelineAllowed().load(std::memory_order_relaxed) &&
-         (h.tq == 1 || h.tq == 2 || h.tq == 4) && h.k_type == h.v_type &&
-         h.k_type != DType::kQ8_0 && h.dv % N == 0;
 }
 
 
@@ -903,7 +896,7 @@ class NarrowWalk {
  public:
   // in_run: the view is one of several that share token rows, taken a
   // pipelined step each in turn (NarrowHeads), so groups of 2 or 4 rows
-  // take the pipelined walk too (NarrowPipelinesInRun).
+  // take the pipelined walk too (NarrowPipelines).
   NarrowWalk(const internal::HeadView& h, const Tiles& tiles, NarrowScratch& scratch,
              bool in_run = false)
       : h_(h), scratch_(scratch), k_rows_(h, false), v_rows_(h, true), k_ahead_(h, false),
@@ -934,7 +927,7 @@ class NarrowWalk {
     // are never read: a windowed decode reads the window's keys only.
     key_end_ = h.VisibleEnd(rows - 1);
     j0_ = h.KeyBegin(0);
-    pipelined_ = row_walk_ || NarrowPipelines(h) || (in_run && NarrowPipelinesInRun(h));
+    pipelined_ = row_walk_ || NarrowPipelines(h, in_run);
   }
 
   bool Done() const { return primed_ ? keys_ == 0 : j0_ >= key_end_; }
@@ -1048,8 +1041,8 @@ class NarrowWalk {
   // them); returns the key reached.
   int64_t Pipelined(int64_t cur, int64_t keys, int64_t next_keys, int64_t j_begin,
                     int64_t j_until) {
-    // NarrowRowWalks and NarrowPipelines admit one row, and K and V of one
-    // type.
+    // NarrowRowWalks admits 1, 2 or 4 rows, NarrowPipelines one row (2 or 4
+    // in a run); both K and V of one type.
     if (row_walk_) {
       const int64_t rows = h_.tq;
       const float* q[kNarrowGroupRows];
@@ -1099,8 +1092,7 @@ class NarrowWalk {
             h_, scratch_, cur, keys, next_keys, key_end_, k_rows_, v_rows_, k_ahead_, v_ahead_,
             j_begin, j_until);
       };
-      // One row (NarrowPipelines), or a group of 2 or 4 in a run of views
-      // (NarrowPipelinesInRun).
+      // One row, or a group of 2 or 4 in a run of views (NarrowPipelines).
       if (h_.tq == 1) return step(std::integral_constant<int, 1>());
       if (h_.tq == 2) return step(std::integral_constant<int, 2>());
       step(std::integral_constant<int, 4>());
@@ -1139,7 +1131,7 @@ HWY_INLINE void NarrowHead(const internal::HeadView& h, const Tiles& tiles,
 // Measured on AMD EPYC Zen 5 (attn-bench serving/decode_step, 8 kv heads,
 // d = 128, bf16 pages of 16 tokens): see docs/serving.md.
 // Where every view takes the pipelined walk (one row, or in a run groups of
-// 2 and 4 rows: NarrowPipelinesInRun), the views go in lockstep instead: a
+// 2 and 4 rows: NarrowPipelines), the views go in lockstep instead: a
 // pipelined step of 4 keys of each view before the next step of any, so
 // the run reads 4 whole token rows of K, then of V, at a time, in address
 // order. AMD EPYC Zen 4 (family 25 model 17), one thread, GQA 32/8, d =
@@ -1148,8 +1140,9 @@ HWY_INLINE void NarrowHead(const internal::HeadView& h, const Tiles& tiles,
 // against 7.4, float32 13.0-13.3 against 8.2 (head-major K/V, the row
 // walk: 11-12 and 13-17); 16 heads of one row each, bf16 11.8-12.0
 // against 8.8-9.0, float32 13.7-13.8 against 10.4-10.5 (head-major
-// 23-26); attn-bench serving/decode_step, two rounds alternated: contiguous 10.1-10.5 against 7.4 GB/s at one thread, 19.8-20.3
-// against 14.7-14.9 at two; pages of 16 tokens 8.7-8.8 against 6.6, 17.0-17.2
+// 23-26); attn-bench serving/decode_step, two rounds alternated:
+// contiguous 10.1-10.5 against 7.4 GB/s at one thread, 19.8-20.3 against
+// 14.7-14.9 at two; pages of 16 tokens 8.7-8.8 against 6.6, 17.0-17.2
 // against 13.2-13.3; of 128 tokens 9.7-9.8 against 6.9-7.2, 19.0-19.2
 // against 14.2-14.3. A standalone AVX-512 loop of the same steps (float32,
 // 4-row groups, 8 kv heads token-major) ran at 14.1 GB/s in lockstep against
