@@ -2,6 +2,7 @@
 // baseline. See bench/README.md for names and counters.
 #include <CLI/CLI.hpp>
 #include <benchmark/benchmark.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <new>
 #include <random>
 #include <string>
 #include <vector>
@@ -775,7 +777,11 @@ std::vector<Case> DefaultCases() {
 //   d = 128, bf16 pool, float32 queries and output) through PagedAttention
 //   over shuffled pages of B tokens, against the same keys laid out
 //   contiguously through VarlenAttention ([total_k, kv_heads, d]; with
-//   "/pages:head-major" the pages hold each head's rows together).
+//   "/pages:head-major" the pages hold each head's rows together; with
+//   "/mem:thp" both the pool and the contiguous K/V lie in memory advised
+//   for 2 MiB pages, madvise(MADV_HUGEPAGE), as a server may back its
+//   cache; the other rows in whatever malloc gives, 4 KiB pages where
+//   transparent huge pages are "madvise" or "never").
 //   Counters: paged_GBps and
 //   contig_GBps (K/V bytes read once per step / its time), their bw_frac
 //   (against the read probe of that thread count), and paged_vs_contig.
@@ -797,6 +803,8 @@ struct ServingRow {
   // head's rows of a page contiguous) instead of FlashAttention's
   // [num_blocks, block_size, kv_heads, d]; "/pages:head-major".
   bool head_major = false;
+  // K/V and pool in memory advised for 2 MiB pages; "/mem:thp".
+  bool huge_pages = false;
   int threads = 1;
   std::string Name() const {
     const std::string t = "/threads:" + std::to_string(threads);
@@ -804,7 +812,7 @@ struct ServingRow {
       case Kind::kDecode:
         return "serving/decode_step/bs:" + std::to_string(block_size) +
                "/seqs:16/Tk:100-32768/Hq:32/Hkv:8/d:128/kv:bf16" +
-               (head_major ? "/pages:head-major" : "") + t;
+               (head_major ? "/pages:head-major" : "") + (huge_pages ? "/mem:thp" : "") + t;
       case Kind::kMixed:
         return "serving/mixed_step/bs:" + std::to_string(block_size) +
                "/seqs:16/prefill:2x256/Hq:32/Hkv:8/d:128/kv:bf16" + t;
@@ -813,6 +821,56 @@ struct ServingRow {
     return "";
   }
 };
+
+// A std::vector allocator of whole, 2 MiB-aligned 2 MiB pages, advised
+// for transparent huge pages when `huge` (before the vector first touches
+// them, so the kernel can back them so); else plain 4 KiB-page memory of
+// the same alignment.
+template <typename T>
+struct PageAllocator {
+  using value_type = T;
+  static constexpr size_t kHugePage = size_t(2) << 20;
+  bool huge = false;
+  PageAllocator() = default;
+  explicit PageAllocator(bool h) : huge(h) {}
+  template <typename U>
+  PageAllocator(const PageAllocator<U>& o) : huge(o.huge) {}
+  T* allocate(size_t n) {
+    const size_t bytes = (n * sizeof(T) + kHugePage - 1) / kHugePage * kHugePage;
+    void* p = std::aligned_alloc(kHugePage, bytes);
+    if (!p) throw std::bad_alloc();
+    if (huge) madvise(p, bytes, MADV_HUGEPAGE);  // advice only: failure leaves 4 KiB pages
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  template <typename U>
+  bool operator==(const PageAllocator<U>& o) const { return huge == o.huge; }
+  template <typename U>
+  bool operator!=(const PageAllocator<U>& o) const { return huge != o.huge; }
+};
+using PageVector16 = std::vector<uint16_t, PageAllocator<uint16_t>>;
+
+// Bytes of the mappings overlapping [p, p + bytes) that the kernel backs
+// with transparent huge pages (/proc/self/smaps AnonHugePages; 0 where it
+// cannot be read), so that a "/mem:thp" row shows whether the advice took.
+double HugePageBytes(const void* p, size_t bytes) {
+  std::FILE* f = std::fopen("/proc/self/smaps", "r");
+  if (!f) return 0;
+  const uintptr_t lo = reinterpret_cast<uintptr_t>(p), hi = lo + bytes;
+  char line[512];
+  bool overlaps = false;
+  double total = 0;
+  while (std::fgets(line, sizeof(line), f)) {
+    unsigned long begin = 0, end = 0, kib = 0;
+    if (std::sscanf(line, "%lx-%lx ", &begin, &end) == 2 && std::strchr(line, '-') < std::strchr(line, ' ')) {
+      overlaps = begin < hi && lo < end;
+    } else if (overlaps && std::sscanf(line, "AnonHugePages: %lu kB", &kib) == 1) {
+      total += double(kib) * 1024.0;
+    }
+  }
+  std::fclose(f);
+  return total;
+}
 
 // Uniform values in [-1, 1) from a 32-bit LCG, as bf16 (the float's upper
 // half): the pools are hundreds of MiB, filled once per row.
@@ -856,7 +914,8 @@ void RunPagedVsContiguous(benchmark::State& state, const ServingRow& row) {
   }
   const int64_t total_k = cu_k.back(), total_q = cu_q.back(), row_elems = hkv * d;
   // Contiguous K/V [total_k, hkv, d] bf16.
-  std::vector<uint16_t> k(size_t(total_k * row_elems)), v(k.size());
+  const PageAllocator<uint16_t> pages(row.huge_pages);
+  PageVector16 k(size_t(total_k * row_elems), pages), v(k.size(), pages);
   Lcg rng{7};
   for (uint16_t& x : k) x = rng.NextBf16();
   for (uint16_t& x : v) x = rng.NextBf16();
@@ -870,7 +929,7 @@ void RunPagedVsContiguous(benchmark::State& state, const ServingRow& row) {
   for (int64_t i = 0; i < num_blocks; ++i) order[size_t(i)] = int32_t(i);
   std::shuffle(order.begin(), order.end(), std::mt19937(11));
   std::vector<int32_t> table(size_t(batch * max_blocks), -1);
-  std::vector<uint16_t> k_pool(size_t(num_blocks * bs * row_elems)), v_pool(k_pool.size());
+  PageVector16 k_pool(size_t(num_blocks * bs * row_elems), pages), v_pool(k_pool.size(), pages);
   size_t next = 0;
   for (int64_t b = 0; b < batch; ++b) {
     for (int64_t page = 0; page * bs < tk[size_t(b)]; ++page) {
@@ -953,6 +1012,14 @@ void RunPagedVsContiguous(benchmark::State& state, const ServingRow& row) {
   state.counters["paged_GBps"] = benchmark::Counter(paged);
   state.counters["contig_GBps"] = benchmark::Counter(contig);
   state.counters["paged_vs_contig"] = benchmark::Counter(contig_s / paged_s);
+  // The share of the K/V bytes (pool and contiguous) in huge pages.
+  const double kv_bytes = 2.0 * double(k.size() + k_pool.size()) * sizeof(uint16_t);
+  double huge = 0;
+  for (const PageVector16* x : {&k, &v, &k_pool, &v_pool}) {
+    const size_t b = x->size() * sizeof(uint16_t);
+    huge += std::min(HugePageBytes(x->data(), b), double(b));  // a mapping may hold more
+  }
+  state.counters["thp_frac"] = benchmark::Counter(huge / kv_bytes);
   const double probe = g_read_gbps[row.threads];
   if (probe > 0) {
     state.counters["paged_bw_frac"] = benchmark::Counter(paged / probe);
@@ -1037,6 +1104,13 @@ std::vector<ServingRow> ServingRows() {
         r.threads = threads;
         rows.push_back(r);
       }
+    }
+    for (int64_t bs : {int64_t{16}, int64_t{128}}) {
+      ServingRow r;
+      r.block_size = bs;
+      r.huge_pages = true;
+      r.threads = threads;
+      rows.push_back(r);
     }
     ServingRow m;
     m.kind = ServingRow::Kind::kMixed;
