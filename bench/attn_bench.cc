@@ -1096,21 +1096,16 @@ void RunVarlenVsDense(benchmark::State& state, const ServingRow& row) {
 std::vector<ServingRow> ServingRows() {
   std::vector<ServingRow> rows;
   for (int threads : {1, 2}) {
-    for (bool head_major : {false, true}) {
+    // Token-major pages, head-major pages, token-major in 2 MiB pages.
+    for (int variant : {0, 1, 2}) {
       for (int64_t bs : {int64_t{16}, int64_t{128}}) {
         ServingRow r;
         r.block_size = bs;
-        r.head_major = head_major;
+        r.head_major = variant == 1;
+        r.huge_pages = variant == 2;
         r.threads = threads;
         rows.push_back(r);
       }
-    }
-    for (int64_t bs : {int64_t{16}, int64_t{128}}) {
-      ServingRow r;
-      r.block_size = bs;
-      r.huge_pages = true;
-      r.threads = threads;
-      rows.push_back(r);
     }
     ServingRow m;
     m.kind = ServingRow::Kind::kMixed;
