@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <initializer_list>
 #include <map>
 #include <new>
 #include <random>
@@ -850,26 +851,38 @@ struct PageAllocator {
 };
 using PageVector16 = std::vector<uint16_t, PageAllocator<uint16_t>>;
 
-// Bytes of the mappings overlapping [p, p + bytes) that the kernel backs
-// with transparent huge pages (/proc/self/smaps AnonHugePages; 0 where it
-// cannot be read), so that a "/mem:thp" row shows whether the advice took.
-double HugePageBytes(const void* p, size_t bytes) {
-  std::FILE* f = std::fopen("/proc/self/smaps", "r");
-  if (!f) return 0;
-  const uintptr_t lo = reinterpret_cast<uintptr_t>(p), hi = lo + bytes;
-  char line[512];
-  bool overlaps = false;
+// The share of the bytes of `buffers` that the kernel backs with
+// transparent huge pages, from one read of /proc/self/smaps (AnonHugePages
+// of the mappings each buffer overlaps, at most the buffer's own bytes: a
+// mapping may hold more; 0 where it cannot be read), so that a "/mem:thp"
+// row shows whether the advice took.
+double HugePageShare(std::initializer_list<const PageVector16*> buffers) {
+  std::vector<double> huge(buffers.size(), 0.0);
   double total = 0;
-  while (std::fgets(line, sizeof(line), f)) {
-    unsigned long begin = 0, end = 0, kib = 0;
-    if (std::sscanf(line, "%lx-%lx ", &begin, &end) == 2 && std::strchr(line, '-') < std::strchr(line, ' ')) {
-      overlaps = begin < hi && lo < end;
-    } else if (overlaps && std::sscanf(line, "AnonHugePages: %lu kB", &kib) == 1) {
-      total += double(kib) * 1024.0;
+  for (const PageVector16* x : buffers) total += double(x->size() * sizeof(uint16_t));
+  if (std::FILE* f = std::fopen("/proc/self/smaps", "r")) {
+    char line[512];
+    unsigned long begin = 0, end = 0;
+    while (std::fgets(line, sizeof(line), f)) {
+      unsigned long first = 0, last = 0, kib = 0;
+      if (std::sscanf(line, "%lx-%lx ", &first, &last) == 2) {
+        begin = first;  // a mapping's header line
+        end = last;
+      } else if (std::sscanf(line, "AnonHugePages: %lu kB", &kib) == 1) {
+        size_t i = 0;
+        for (const PageVector16* x : buffers) {
+          const uintptr_t lo = reinterpret_cast<uintptr_t>(x->data());
+          if (begin < lo + x->size() * sizeof(uint16_t) && lo < end) huge[i] += double(kib) * 1024.0;
+          ++i;
+        }
+      }
     }
+    std::fclose(f);
   }
-  std::fclose(f);
-  return total;
+  double backed = 0;
+  size_t i = 0;
+  for (const PageVector16* x : buffers) backed += std::min(huge[i++], double(x->size() * sizeof(uint16_t)));
+  return total > 0 ? backed / total : 0.0;
 }
 
 // Uniform values in [-1, 1) from a 32-bit LCG, as bf16 (the float's upper
@@ -1013,13 +1026,7 @@ void RunPagedVsContiguous(benchmark::State& state, const ServingRow& row) {
   state.counters["contig_GBps"] = benchmark::Counter(contig);
   state.counters["paged_vs_contig"] = benchmark::Counter(contig_s / paged_s);
   // The share of the K/V bytes (pool and contiguous) in huge pages.
-  const double kv_bytes = 2.0 * double(k.size() + k_pool.size()) * sizeof(uint16_t);
-  double huge = 0;
-  for (const PageVector16* x : {&k, &v, &k_pool, &v_pool}) {
-    const size_t b = x->size() * sizeof(uint16_t);
-    huge += std::min(HugePageBytes(x->data(), b), double(b));  // a mapping may hold more
-  }
-  state.counters["thp_frac"] = benchmark::Counter(huge / kv_bytes);
+  state.counters["thp_frac"] = benchmark::Counter(HugePageShare({&k, &v, &k_pool, &v_pool}));
   const double probe = g_read_gbps[row.threads];
   if (probe > 0) {
     state.counters["paged_bw_frac"] = benchmark::Counter(paged / probe);
