@@ -149,6 +149,15 @@ TEST_P(Bf16DotKernels, EveryVariantOnEveryPathAndTargetIsWithinTheBound) {
       const internal::KernelImpl& row = internal::ImplFor(KernelId::kStreaming, owned.problem, internal::ActiveDotPath());
       ASSERT_STRNE(row.path, "") << pt.path << " " << target;
       for (const Variant& variant : variants) {
+        // A kernel with no bf16 row here (blocked, naive) computes the
+        // widened float32 path whatever the dot path: the same code on every
+        // path, which DTypeKernels holds to the tighter float32 bound on
+        // every target. Running it once per path and target only repeated
+        // it (the slowest test of the ASan and qemu runs).
+        if (variant.options.kernel != KernelId::kAuto &&
+            internal::ImplFor(variant.options.kernel, owned.problem, internal::ActiveDotPath()).path[0] == '\0') {
+          continue;
+        }
         SCOPED_TRACE(pt.path + " " + target + " " + variant.name);
         owned.ClearOutputs();
         attention(owned.problem, variant.options);

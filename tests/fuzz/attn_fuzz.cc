@@ -467,8 +467,9 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
   // The target: an index into CompiledTargets(), the same list on every CPU
-  // (AVX3 AVX2 SSE4 SSSE3 EMU128 on x86), so that an input (a corpus file, a
-  // crash reproducer) runs the same target wherever that CPU has it; an
+  // for one build (AVX3 AVX2 SSE4 SSSE3 EMU128 on x86; CI's ASan build
+  // leaves out SSSE3), so that an input (a corpus file, a crash reproducer)
+  // runs the same target wherever that CPU has it; an
   // index into SupportedTargets() (4 entries on AVX2, 5 on AVX-512) would
   // pick different ones. A target this CPU lacks falls back to "auto", the
   // best it supports, so the input still runs, deterministically.
