@@ -788,7 +788,10 @@ std::vector<Case> DefaultCases() {
 //   (against the read probe of that thread count), and paged_vs_contig.
 // - serving/mixed_step/bs:16: the same cache, two of the sequences a
 //   chunked-prefill chunk of 256 causal queries (bottom-right), the rest
-//   decode; paged_vs_contig is the ratio of steps per second.
+//   decode; paged_vs_contig is the ratio of steps per second. With
+//   "/q:bf16" the queries are bf16 too: an all-bf16 step, which the dot
+//   path in force (the label) multiplies, reading the pages in place
+//   through the bf16 dot-product or AMX kernels' span entry point.
 // - serving/varlen_vs_dense: 16 ragged causal prefills (T from 16 to 511,
 //   16/4 heads, d = 64, float32), one VarlenAttention call against 16
 //   attention() calls on the same packed tokens; varlen_speedup = dense
@@ -806,6 +809,10 @@ struct ServingRow {
   bool head_major = false;
   // K/V and pool in memory advised for 2 MiB pages; "/mem:thp".
   bool huge_pages = false;
+  // bf16 queries (mixed step): an all-bf16 problem, which the bf16
+  // dot-product path in force multiplies (attn::CurrentDotPath, the row's
+  // label); "/q:bf16".
+  bool bf16_queries = false;
   int threads = 1;
   std::string Name() const {
     const std::string t = "/threads:" + std::to_string(threads);
@@ -816,7 +823,8 @@ struct ServingRow {
                (head_major ? "/pages:head-major" : "") + (huge_pages ? "/mem:thp" : "") + t;
       case Kind::kMixed:
         return "serving/mixed_step/bs:" + std::to_string(block_size) +
-               "/seqs:16/prefill:2x256/Hq:32/Hkv:8/d:128/kv:bf16" + t;
+               "/seqs:16/prefill:2x256/Hq:32/Hkv:8/d:128/kv:bf16" +
+               (bf16_queries ? "/q:bf16" : "") + t;
       case Kind::kVarlenVsDense: return "serving/varlen_vs_dense/seqs:16/T:16-511/Hq:16/Hkv:4/d:64" + t;
     }
     return "";
@@ -967,6 +975,11 @@ void RunPagedVsContiguous(benchmark::State& state, const ServingRow& row) {
   }
   std::vector<float> q(size_t(total_q * hq * d)), out(size_t(total_q * hq * d));
   for (float& x : q) x = rng.Next();
+  std::vector<uint16_t> q16(row.bf16_queries ? q.size() : 0);
+  for (uint16_t& x : q16) x = rng.NextBf16();
+  const attn::PackedTensor queries =
+      row.bf16_queries ? attn::PackedTensor{q16.data(), hq * d, d, attn::DType::kBF16}
+                       : attn::PackedTensor{q.data(), hq * d, d, attn::DType::kF32};
 
   attn::PagedProblem p;
   p.batch = batch;
@@ -983,7 +996,7 @@ void RunPagedVsContiguous(benchmark::State& state, const ServingRow& row) {
   p.block_table = table.data();
   p.max_blocks = max_blocks;
   p.cache_seqlens = tk.data();
-  p.q = {q.data(), hq * d, d, attn::DType::kF32};
+  p.q = queries;
   p.cu_seqlens_q = cu_q.data();
   p.out = {out.data(), hq * d, d, attn::DType::kF32};
   p.causal = attn::Causal::kBottomRight;
@@ -994,7 +1007,7 @@ void RunPagedVsContiguous(benchmark::State& state, const ServingRow& row) {
   c.head_dim = d;
   c.cu_seqlens_q = cu_q.data();
   c.cu_seqlens_k = cu_k.data();
-  c.q = {q.data(), hq * d, d, attn::DType::kF32};
+  c.q = queries;
   c.k = {k.data(), row_elems, d, attn::DType::kBF16};
   c.v = {v.data(), row_elems, d, attn::DType::kBF16};
   c.out = {out.data(), hq * d, d, attn::DType::kF32};
@@ -1025,6 +1038,7 @@ void RunPagedVsContiguous(benchmark::State& state, const ServingRow& row) {
   state.counters["paged_GBps"] = benchmark::Counter(paged);
   state.counters["contig_GBps"] = benchmark::Counter(contig);
   state.counters["paged_vs_contig"] = benchmark::Counter(contig_s / paged_s);
+  if (row.bf16_queries) state.SetLabel("dot path " + attn::CurrentDotPath());
   // The share of the K/V bytes (pool and contiguous) in huge pages.
   state.counters["thp_frac"] = benchmark::Counter(HugePageShare({&k, &v, &k_pool, &v_pool}));
   const double probe = g_read_gbps[row.threads];
@@ -1117,6 +1131,8 @@ std::vector<ServingRow> ServingRows() {
     ServingRow m;
     m.kind = ServingRow::Kind::kMixed;
     m.threads = threads;
+    rows.push_back(m);
+    m.bf16_queries = true;
     rows.push_back(m);
   }
   for (int threads : {1, 2}) {

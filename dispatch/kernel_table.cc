@@ -42,6 +42,13 @@ void ParallelAmxAttention(const Problem& p, const RunConfig& config) {
 void StreamingAmxAttention(const Problem& p, const RunConfig& config) {
   AmxStreamingAttention(p, config, config.dot_path == DotPath::kAmx);
 }
+// The rows' span entry point (KernelImpl::run_spans), for the streaming
+// and the parallel row alike: the serving executor runs each item on one
+// thread.
+void AmxSpansAttention(const Problem& p, const KeySpan* spans, int64_t span_count,
+                       const RunConfig& config) {
+  SpansAttentionWith(AmxTarget(config.dot_path == DotPath::kAmx), p, spans, span_count, config);
+}
 constexpr const char* kAmxPath = "bf16 AMX tiles (tdpbf16ps), P rounded to bf16";
 
 void ParallelBf16DotAttention(const Problem& p, const RunConfig& config) {
@@ -49,6 +56,11 @@ void ParallelBf16DotAttention(const Problem& p, const RunConfig& config) {
 }
 void StreamingBf16DotAttention(const Problem& p, const RunConfig& config) {
   Bf16DotStreamingAttention(p, config, PairDotLayerOf(config.dot_path));
+}
+void Bf16DotSpansAttention(const Problem& p, const KeySpan* spans, int64_t span_count,
+                           const RunConfig& config) {
+  SpansAttentionWith(Bf16DotTarget(PairDotLayerOf(config.dot_path)), p, spans, span_count,
+                     config);
 }
 constexpr const char* kBf16DotPath = "bf16 dot products, P rounded to bf16";
 
@@ -87,11 +99,13 @@ const std::vector<KernelImpl>& Table() {
       {Info(KernelId::kParallel, "parallel",
             "the AMX streaming kernel over OpenMP threads",
             true, true, true, true, true),
-       ATTN_KERNEL_PARALLEL, &AmxRowDeclines, &ParallelAmxAttention, kAmxPath, /*all_bf16_only=*/true},
+       ATTN_KERNEL_PARALLEL, &AmxRowDeclines, &ParallelAmxAttention, kAmxPath,
+       /*all_bf16_only=*/true, &AmxSpansAttention},
       {Info(KernelId::kParallel, "parallel",
             "the bf16 dot-product streaming kernel over OpenMP threads",
             true, true, true, true, true),
-       ATTN_KERNEL_PARALLEL, &PairDotRowDeclines, &ParallelBf16DotAttention, kBf16DotPath, /*all_bf16_only=*/true},
+       ATTN_KERNEL_PARALLEL, &PairDotRowDeclines, &ParallelBf16DotAttention, kBf16DotPath,
+       /*all_bf16_only=*/true, &Bf16DotSpansAttention},
       {Info(KernelId::kParallel, "parallel",
             "the streaming kernel over OpenMP threads; split-KV when items are few",
             true, true, true, true, true),
@@ -103,11 +117,13 @@ const std::vector<KernelImpl>& Table() {
       {Info(KernelId::kStreaming, "streaming",
             "online softmax in AMX tiles: tdpbf16ps for Q·Kᵀ and P·V",
             true, false, true, true, false),
-       ATTN_KERNEL_STREAMING, &AmxRowDeclines, &StreamingAmxAttention, kAmxPath, /*all_bf16_only=*/true},
+       ATTN_KERNEL_STREAMING, &AmxRowDeclines, &StreamingAmxAttention, kAmxPath,
+       /*all_bf16_only=*/true, &AmxSpansAttention},
       {Info(KernelId::kStreaming, "streaming",
             "online softmax over bf16 pairs: bf16 dot products for Q·Kᵀ and P·V",
             true, false, true, true, false),
-       ATTN_KERNEL_STREAMING, &PairDotRowDeclines, &StreamingBf16DotAttention, kBf16DotPath, /*all_bf16_only=*/true},
+       ATTN_KERNEL_STREAMING, &PairDotRowDeclines, &StreamingBf16DotAttention, kBf16DotPath,
+       /*all_bf16_only=*/true, &Bf16DotSpansAttention},
       {Info(KernelId::kStreaming, "streaming",
             "SIMD online softmax (flash attention), O(tile) memory, one thread",
             true, false, true, true, false),

@@ -30,11 +30,11 @@
 // the parts of a split piece are merged in double (MergePartialRows).
 //
 // Kernels with a span entry point (KernelImpl::run_spans: the streaming
-// kernel, and the parallel row, whose items run on one thread) take a
-// paged item's whole key range in one call instead: the list of its page
-// runs (KeySpan, per kv head), tiles following them and one online softmax
-// across all of them, so there is no kernel call and no merge per page.
-// The other kernels (naive, blocked, the bf16 dot-product and AMX rows) run
+// kernel and the bf16 dot-product and AMX rows, and the parallel rows,
+// whose items run on one thread) take a paged item's whole key range in one
+// call instead: the list of its page runs (KeySpan, per kv head), tiles
+// following them and one online softmax across all of them, so there is no
+// kernel call and no merge per page. The other kernels (naive, blocked) run
 // a step per page run as above. Cost of that per-page path: per page run,
 // one kernel call (a few hundred ns of setup) and one merge of group x rows
 // x (d_v + 1) floats in L1; for decode with 4 query heads per kv head and

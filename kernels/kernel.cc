@@ -106,4 +106,20 @@ HeadView HeadViews::operator[](int64_t index) const {
 
 int64_t WorkItems(const Problem& problem) { return HeadViews(problem, 0).size(); }
 
+HeadView WithSpans(HeadView view, const Problem& p, const KeySpan* spans, int64_t span_count) {
+  view.spans = spans;
+  view.span_count = span_count;
+  view.span_k_bytes = static_cast<const char*>(view.k) - static_cast<const char*>(p.k.data);
+  view.span_v_bytes = static_cast<const char*>(view.v) - static_cast<const char*>(p.v.data);
+  return view;
+}
+
+void SpansAttentionWith(const ParallelTarget& target, const Problem& p, const KeySpan* spans,
+                        int64_t span_count, const RunConfig& config) {
+  const HeadViews views(p, config.diag_shift);
+  for (int64_t i = 0; i < views.size(); ++i) {
+    target.run_view(WithSpans(views[i], p, spans, span_count), config.tiles);
+  }
+}
+
 }  // namespace attn::internal

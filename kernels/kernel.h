@@ -93,9 +93,10 @@ struct HeadView {
         out_type = DType::kF32;
   // Keys in spans (null: key j at k + j * k_stride, and v likewise): view
   // key j is key j + span_shift of spans[0 .. span_count), which cover it in
-  // increasing order. Only the streaming kernel reads spans (its tiles
-  // follow their boundaries, RunAt); the executor of the serving calls
-  // hands spans to no other kernel.
+  // increasing order. The streaming kernel and the bf16 dot-product and
+  // AMX kernels read spans (their tiles follow or, on the narrow path,
+  // cross their boundaries: RunAt); the executor of the serving calls hands
+  // them to no other kernel (KernelImpl::run_spans).
   const KeySpan* spans = nullptr;
   int64_t span_count = 0, span_shift = 0;
   // Bytes from a span's k (v) to this view's rows: spans give kv head 0's
@@ -204,6 +205,18 @@ struct ParallelTarget {
 // The parallel kernel over `target`'s per-view function (kernels/parallel/).
 void ParallelAttentionWith(const ParallelTarget& target, const Problem& problem,
                            const RunConfig& config);
+
+// View `view` of `problem` (one of its HeadViews) with its keys in `spans`
+// (kv head 0's rows; the problem's k and v, which the view's head offsets
+// are taken from, are not read).
+HeadView WithSpans(HeadView view, const Problem& problem, const KeySpan* spans,
+                   int64_t span_count);
+// `target`'s per-view function over every view of a problem whose keys are
+// `spans`, one view after another on the calling thread (the serving
+// executor's items each run on one thread): the span entry point of the
+// bf16 dot-product and AMX rows (dispatch/kernel_table.h run_spans).
+void SpansAttentionWith(const ParallelTarget& target, const Problem& problem,
+                        const KeySpan* spans, int64_t span_count, const RunConfig& config);
 
 // The independent units of work of a problem (HeadViews(problem).size():
 // one per (batch, query head), or per kv head for grouped-query decode),

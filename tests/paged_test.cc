@@ -448,17 +448,37 @@ INSTANTIATE_TEST_SUITE_P(Cases, PagedTest, ::testing::ValuesIn(Cases()),
                          [](const auto& info) { return info.param.name; });
 
 // All-bf16 pages on every bf16 dot-product path this machine can run (the
-// emulated ones on every target: the paths' rows of the kernel table take
-// the pages as they take dense problems).
+// emulated ones on every target). The paths' rows of the kernel table read
+// a sequence's pages in one call (their span entry point: tiles that end at
+// a page's end, one online softmax across the pages): decode and GQA
+// groups (the narrow path, NarrowHead and PairNarrowHead) and chunked
+// prefill of more rows than half a panel (Bf16DotHead, AmxHead), pages of
+// 1 (decode), 16 and 128 tokens in shuffled order, ragged lengths, a window.
 TEST(Paged, AllBf16OnEveryDotPath) {
-  PagedCase c;
-  c.name = "all_bf16_paths";
-  c.cached = {40, 7, 90};
-  c.fresh = {3, 1, 1};
-  c.tq = {3, 1, 1};
-  c.q_type = c.pool_type = c.new_type = c.out_type = DType::kBF16;
-  for (const std::string& path : SupportedDotPaths()) {
-    SCOPED_TRACE(path);
+  std::vector<PagedCase> cases;
+  for (int64_t block_size : {1, 16, 128}) {
+    PagedCase c;
+    c.name = "all_bf16_paths_decode_bs" + std::to_string(block_size);
+    c.block_size = block_size;
+    c.cached = {40, 7, 90};
+    c.fresh = {3, 1, 1};
+    c.tq = {3, 1, 1};
+    c.q_type = c.pool_type = c.new_type = c.out_type = DType::kBF16;
+    cases.push_back(c);
+    if (block_size == 1) continue;  // one-key tiles: decode shows them
+    // Chunked prefill: 37 and 70 new rows over 150 and 9 cached keys
+    // (wide views on every target: more rows than half a 32-row panel).
+    c.name = "all_bf16_paths_prefill_bs" + std::to_string(block_size);
+    c.cached = {150, 9, 0};
+    c.fresh = {37, 70, 2};
+    c.tq = {37, 70, 2};
+    c.d = 40;  // odd pairs: d a multiple of 2 but not of a vector
+    if (block_size == 16) c.mods.window = {60, -1};
+    cases.push_back(c);
+  }
+  for (const PagedCase& c : cases) {
+   for (const std::string& path : SupportedDotPaths()) {
+    SCOPED_TRACE(c.name + " " + path);
     ForceDotPath(path);
     OwnedPaged o;
     MakePaged(c, o);
@@ -471,6 +491,7 @@ TEST(Paged, AllBf16OnEveryDotPath) {
           return PackedBound(naive, ref, all_v, o.p.ValueDim(), c.out_type, true);
         },
         0);
+   }
   }
   ForceDotPath("auto");
 }

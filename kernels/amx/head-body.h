@@ -130,11 +130,13 @@ HWY_INLINE void AmxRowWeights(const internal::HeadView& h, AmxScratch& scratch, 
   std::fill(p + vectors_end, p + keys_pad, uint16_t{0});
 }
 
-// O rows of a group += P·V in float32 for a V tile holding NaN or ±Inf:
-// the unrounded weights, keys a row cannot see (weight -0) skipped.
+// O rows of a group += P·V in float32 for a V tile (rows from v_tile)
+// holding NaN or ±Inf: the unrounded weights, keys a row cannot see
+// (weight -0) skipped.
 HWY_INLINE void AmxMixNonFinite(const internal::HeadView& h, const AmxScratch& scratch,
-                                int64_t rows, int64_t j0, int64_t keys, float* HWY_RESTRICT o) {
-  const auto* v = static_cast<const hwy::bfloat16_t*>(h.VRow(j0));
+                                int64_t rows, const void* v_tile, int64_t keys,
+                                float* HWY_RESTRICT o) {
+  const auto* v = static_cast<const hwy::bfloat16_t*>(v_tile);
   for (int64_t g = 0; g < rows; ++g) {
     const float* HWY_RESTRICT w = scratch.s(g);
     float* HWY_RESTRICT o_row = o + g * scratch.dv_pad();
@@ -152,8 +154,6 @@ HWY_INLINE void AmxHead(const internal::HeadView& h, const Tiles& tiles, AmxScra
   const int64_t kv_block = AmxRoundUp(std::max<int64_t>(tiles.kv_block, kAmxPad));
   scratch.Reserve(q_block, kv_block, h.d, h.dv);
   const auto* q = static_cast<const uint16_t*>(h.q);
-  const auto* k = static_cast<const uint16_t*>(h.k);
-  const auto* v = static_cast<const uint16_t*>(h.v);
   NarrowRowStats* HWY_RESTRICT stats = scratch.stats();
   const internal::AmxTileConfig config = internal::FullAmxTiles();
   Amx::Configure(config);
@@ -168,13 +168,17 @@ HWY_INLINE void AmxHead(const internal::HeadView& h, const Tiles& tiles, AmxScra
     // Keys outside [the block's first window start, its last visible key)
     // are never read.
     const int64_t key_end = h.VisibleEnd(q0 + rows - 1);
-    for (int64_t j0 = h.KeyBegin(q0); j0 < key_end; j0 += kv_block) {
-      const int64_t tile_keys = std::min(kv_block, key_end - j0);
+    int64_t hint = 0;
+    for (int64_t j0 = h.KeyBegin(q0), tile_keys = 0; j0 < key_end; j0 += tile_keys) {
+      // A tile ends where its run of contiguous keys does (a paged cache's
+      // page, kernel.h KeyRun): packed from the run's rows in place.
+      const internal::KeyRun run = h.RunAt(j0, &hint);
+      tile_keys = std::min({kv_block, key_end - j0, run.keys});
       const int64_t tile_pad = AmxRoundUp(tile_keys);
-      PackAmxKeys(k + j0 * h.k_stride, h.k_stride, tile_keys, tile_pad, h.d, scratch.d_pad(),
-                  scratch.kp());
-      const bool bad = PackAmxValues(v + j0 * h.v_stride, h.v_stride, tile_keys, tile_pad, h.dv,
-                                     scratch.dv_pad(), scratch.vp());
+      PackAmxKeys(static_cast<const uint16_t*>(run.k), h.k_stride, tile_keys, tile_pad, h.d,
+                  scratch.d_pad(), scratch.kp());
+      const bool bad = PackAmxValues(static_cast<const uint16_t*>(run.v), h.v_stride, tile_keys,
+                                     tile_pad, h.dv, scratch.dv_pad(), scratch.vp());
       for (int64_t g0 = 0; g0 < rows; g0 += kAmxGroupRows) {
         const int64_t r0 = q0 + g0;
         const int64_t group_rows = std::min(kAmxGroupRows, rows - g0);
@@ -193,7 +197,7 @@ HWY_INLINE void AmxHead(const internal::HeadView& h, const Tiles& tiles, AmxScra
                         o + g * scratch.dv_pad());
         }
         if (bad) {
-          AmxMixNonFinite(h, scratch, group_rows, j0, keys, o);
+          AmxMixNonFinite(h, scratch, group_rows, run.v, keys, o);
         } else {
           for (int64_t g = group_rows; g < kAmxGroupRows; ++g) {
             std::fill(scratch.p(g), scratch.p(g) + keys_pad, uint16_t{0});  // padding rows

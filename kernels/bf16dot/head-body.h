@@ -152,8 +152,6 @@ HWY_INLINE void Bf16DotHead(const internal::HeadView& h, const Tiles& tiles,
   scratch.Reserve(q_block, kv_block, h.d, h.dv);
   float* HWY_RESTRICT st = scratch.st();
   const auto* q = static_cast<const uint16_t*>(h.q);
-  const auto* k = static_cast<const uint16_t*>(h.k);
-  const auto* v = static_cast<const uint16_t*>(h.v);
 
   for (int64_t q0 = 0; q0 < h.tq; q0 += q_block) {
     const int64_t rows = std::min(q_block, h.tq - q0);
@@ -170,14 +168,20 @@ HWY_INLINE void Bf16DotHead(const internal::HeadView& h, const Tiles& tiles,
     const int64_t key_end = h.VisibleEnd(q0 + rows - 1);
     const bool modified = h.HasScoreModifiers();
     NonFiniteV bad_v;  // float32 path for a V tile with NaN / Inf
-    for (int64_t j0 = h.KeyBegin(q0); j0 < key_end; j0 += kv_block) {
-      const int64_t tile_keys = std::min(kv_block, key_end - j0);
-      const bool bad =
-          PackValuePairs(v + j0 * h.v_stride, h.v_stride, tile_keys, h.dv, scratch.vp(), h.dv);
+    int64_t hint = 0;
+    for (int64_t j0 = h.KeyBegin(q0), tile_keys = 0; j0 < key_end; j0 += tile_keys) {
+      // A tile ends where its run of contiguous keys does (a paged cache's
+      // page, kernel.h KeyRun): its K and V rows are then at a fixed stride
+      // from the run's first, read in place.
+      const internal::KeyRun run = h.RunAt(j0, &hint);
+      tile_keys = std::min({kv_block, key_end - j0, run.keys});
+      const auto* HWY_RESTRICT kt = static_cast<const uint16_t*>(run.k);
+      const auto* HWY_RESTRICT vt = static_cast<const uint16_t*>(run.v);
+      const bool bad = PackValuePairs(vt, h.v_stride, tile_keys, h.dv, scratch.vp(), h.dv);
       if (bad) {
         scratch.ReserveWidened(kv_block, h.dv);
         const FloatRows vw =
-            WidenRows(h.VRow(j0), DType::kBF16, h.v_stride, tile_keys, h.dv, scratch.vw());
+            WidenRows(vt, DType::kBF16, h.v_stride, tile_keys, h.dv, scratch.vw());
         bad_v.Clean(vw.data, vw.stride, tile_keys, h.dv);
       }
       for (int64_t p = 0; p < panels; ++p) {
@@ -188,7 +192,7 @@ HWY_INLINE void Bf16DotHead(const internal::HeadView& h, const Tiles& tiles,
             std::clamp<int64_t>(h.VisibleEnd(r0 + panel_rows - 1), j0, j0 + tile_keys) - j0;
         // Tile wholly above this panel's diagonal, or before its window.
         if (keys <= 0 || h.KeyBegin(r0) >= j0 + keys) continue;
-        PairScoreTile(scratch.qp(p, h.d), h.d, k + j0 * h.k_stride, h.k_stride, keys, h.scale, st);
+        PairScoreTile(scratch.qp(p, h.d), h.d, kt, h.k_stride, keys, h.scale, st);
         if (modified) ModifyPanelTile(h, r0, j0, keys, st);  // soft-cap, ALiBi
         if (h.mask) {
           AddMaskTile(h.mask + r0 * h.mask_row_stride + j0 * h.mask_col_stride, h.mask_row_stride,

@@ -117,16 +117,17 @@ HWY_INLINE void PairNarrowScoreBlock(const NarrowScratch& ns, const uint32_t* HW
   }
 }
 
-// Scores of a tile: blocks of KB keys, then the rest one at a time, with
-// the narrow path's prefetching (narrow-inl.h PrefetchRows).
+// Scores of a tile whose K and V rows are at k and v (the tile's first
+// key): blocks of KB keys, then the rest one at a time, with the narrow
+// path's prefetching (narrow-inl.h PrefetchRows) of K rows up to keys_left
+// keys from k (the tile's run of contiguous keys).
 template <int R>
 HWY_INLINE void PairNarrowScoreTile(const internal::HeadView& h, const NarrowScratch& ns,
                                     const uint32_t* HWY_RESTRICT qp, int64_t qp_stride,
-                                    int64_t row0, int64_t j0, int64_t keys, int64_t keys_left,
-                                    bool prefetch) {
+                                    int64_t row0, const uint16_t* HWY_RESTRICT k,
+                                    const uint16_t* HWY_RESTRICT v, int64_t keys,
+                                    int64_t keys_left, bool prefetch) {
   constexpr int KB = NarrowKeysPerBlock<R>();
-  const auto* HWY_RESTRICT k = static_cast<const uint16_t*>(h.KRow(j0));
-  const auto* HWY_RESTRICT v = static_cast<const uint16_t*>(h.VRow(j0));
   const int64_t ahead = KeyPrefetchDistance(DType::kBF16);
   int64_t j = 0;
   for (; j + KB <= keys; j += KB) {
@@ -272,14 +273,18 @@ HWY_INLINE bool PackNarrowWeightPairs(const float* HWY_RESTRICT s, int64_t keys,
 }
 
 // One tile of keys [j0, j0 + keys) for the R rows [row0, row0 + R):
-// scores, modifiers, mask and causal limits, online softmax, mix.
+// scores, modifiers, mask and causal limits, online softmax, mix. The
+// tile's keys lie in `run` (RunAt(j0)), which holds at least `keys` of them.
 template <int R>
 HWY_INLINE void PairNarrowGroupTile(const internal::HeadView& h, NarrowScratch& ns,
                                     Bf16DotScratch& bs, int64_t row0, int64_t j0, int64_t keys,
-                                    int64_t key_end, NarrowRowStats* HWY_RESTRICT stats) {
+                                    int64_t key_end, const internal::KeyRun& run,
+                                    NarrowRowStats* HWY_RESTRICT stats) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  PairNarrowScoreTile<R>(h, ns, bs.narrow_q(row0), bs.narrow_q_stride(), row0, j0, keys,
-                         key_end - j0, /*prefetch=*/row0 == 0);
+  const auto* HWY_RESTRICT v = static_cast<const uint16_t*>(run.v);
+  PairNarrowScoreTile<R>(h, ns, bs.narrow_q(row0), bs.narrow_q_stride(), row0,
+                         static_cast<const uint16_t*>(run.k), v, keys,
+                         std::min(run.keys, key_end - j0), /*prefetch=*/row0 == 0);
   const bool modified = h.HasScoreModifiers();
   bool any_hidden = false;
   for (int64_t r = row0; r < row0 + R; ++r) {
@@ -295,7 +300,6 @@ HWY_INLINE void PairNarrowGroupTile(const internal::HeadView& h, NarrowScratch& 
     NarrowSoftmaxRow(s, keys, stats[r], ns.o(r), h.dv);
     any_hidden |= PackNarrowWeightPairs(s, keys, bs.narrow_p(r - row0));
   }
-  const auto* HWY_RESTRICT v = static_cast<const uint16_t*>(h.VRow(j0));
   if (!any_hidden) {
     PairNarrowMixTile<R>(ns, row0, bs.narrow_p(0), bs.narrow_p_stride(), keys, v, h.v_stride, h.dv);
     return;
@@ -331,14 +335,18 @@ HWY_INLINE void PairNarrowHead(const internal::HeadView& h, const Tiles& tiles,
     std::fill(ns.o(r), ns.o(r) + h.dv, 0.0f);
   }
   const int64_t key_end = h.VisibleEnd(rows - 1);
-  for (int64_t j0 = h.KeyBegin(0); j0 < key_end; j0 += kv_block) {
-    const int64_t keys = std::min(kv_block, key_end - j0);
+  int64_t hint = 0;
+  for (int64_t j0 = h.KeyBegin(0), keys = 0; j0 < key_end; j0 += keys) {
+    // A tile ends where its run of contiguous keys does (a paged cache's
+    // page, kernel.h KeyRun).
+    const internal::KeyRun run = h.RunAt(j0, &hint);
+    keys = std::min({kv_block, key_end - j0, run.keys});
     for (int64_t row0 = 0; row0 < rows; row0 += kNarrowGroupRows) {
       switch (std::min<int64_t>(kNarrowGroupRows, rows - row0)) {
-        case 1: PairNarrowGroupTile<1>(h, ns, bs, row0, j0, keys, key_end, stats); break;
-        case 2: PairNarrowGroupTile<2>(h, ns, bs, row0, j0, keys, key_end, stats); break;
-        case 3: PairNarrowGroupTile<3>(h, ns, bs, row0, j0, keys, key_end, stats); break;
-        default: PairNarrowGroupTile<4>(h, ns, bs, row0, j0, keys, key_end, stats); break;
+        case 1: PairNarrowGroupTile<1>(h, ns, bs, row0, j0, keys, key_end, run, stats); break;
+        case 2: PairNarrowGroupTile<2>(h, ns, bs, row0, j0, keys, key_end, run, stats); break;
+        case 3: PairNarrowGroupTile<3>(h, ns, bs, row0, j0, keys, key_end, run, stats); break;
+        default: PairNarrowGroupTile<4>(h, ns, bs, row0, j0, keys, key_end, run, stats); break;
       }
     }
   }

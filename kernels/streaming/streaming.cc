@@ -85,14 +85,7 @@ void StreamingSpansAttentionImpl(const Problem& p, const internal::KeySpan* span
   const internal::HeadViews views(p, config.diag_shift);
   RunViews(
       views.size(),
-      [&](int64_t i) {
-        internal::HeadView view = views[i];
-        view.spans = spans;
-        view.span_count = span_count;
-        view.span_k_bytes = static_cast<const char*>(view.k) - static_cast<const char*>(p.k.data);
-        view.span_v_bytes = static_cast<const char*>(view.v) - static_cast<const char*>(p.v.data);
-        return view;
-      },
+      [&](int64_t i) { return internal::WithSpans(views[i], p, spans, span_count); },
       config.tiles, scratch);
 }
 
