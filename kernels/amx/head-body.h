@@ -34,8 +34,9 @@
 // and releases them before it returns, so OpenMP workers and callers'
 // threads never inherit a configuration.
 //
-// Memory traffic: K and V read once per query block (and packed into L1/L2
-// sized tiles), Q once, O written once; the row-major S, P and O of a group
+// Memory traffic: K and V read once per query block, in place (a paged
+// cache's pages too: a key tile spans pages, TileRun), and packed into
+// L1/L2 sized tiles, Q once, O written once; the row-major S, P and O of a group
 // stay in L1 (32 x kv_block floats and bf16, 32 x d_v floats). Extra memory
 // O(q_block·(d + d_v) + kv_block·(d + d_v)) (AmxScratch).
 
@@ -130,19 +131,20 @@ HWY_INLINE void AmxRowWeights(const internal::HeadView& h, AmxScratch& scratch, 
   std::fill(p + vectors_end, p + keys_pad, uint16_t{0});
 }
 
-// O rows of a group += P·V in float32 for a V tile (rows from v_tile)
+// O rows of a group += P·V in float32 for a V tile (rows in `runs`)
 // holding NaN or ±Inf: the unrounded weights, keys a row cannot see
 // (weight -0) skipped.
 HWY_INLINE void AmxMixNonFinite(const internal::HeadView& h, const AmxScratch& scratch,
-                                int64_t rows, const void* v_tile, int64_t keys,
+                                int64_t rows, const std::vector<TileRun>& runs, int64_t keys,
                                 float* HWY_RESTRICT o) {
-  const auto* v = static_cast<const hwy::bfloat16_t*>(v_tile);
   for (int64_t g = 0; g < rows; ++g) {
     const float* HWY_RESTRICT w = scratch.s(g);
     float* HWY_RESTRICT o_row = o + g * scratch.dv_pad();
+    TileRowCursor<true> v_row(runs, h.v_stride);
     for (int64_t j = 0; j < keys; ++j) {
       if (IsHiddenWeight(w[j])) continue;
-      for (int64_t c = 0; c < h.dv; ++c) o_row[c] += w[j] * WidenScalar(v + j * h.v_stride + c);
+      const auto* v = reinterpret_cast<const hwy::bfloat16_t*>(v_row(j));
+      for (int64_t c = 0; c < h.dv; ++c) o_row[c] += w[j] * WidenScalar(v + c);
     }
   }
 }
@@ -169,16 +171,17 @@ HWY_INLINE void AmxHead(const internal::HeadView& h, const Tiles& tiles, AmxScra
     // are never read.
     const int64_t key_end = h.VisibleEnd(q0 + rows - 1);
     int64_t hint = 0;
-    for (int64_t j0 = h.KeyBegin(q0), tile_keys = 0; j0 < key_end; j0 += tile_keys) {
-      // A tile ends where its run of contiguous keys does (a paged cache's
-      // page, kernel.h KeyRun): packed from the run's rows in place.
-      const internal::KeyRun run = h.RunAt(j0, &hint);
-      tile_keys = std::min({kv_block, key_end - j0, run.keys});
+    std::vector<TileRun>& runs = *scratch.runs();
+    for (int64_t j0 = h.KeyBegin(q0); j0 < key_end; j0 += kv_block) {
+      const int64_t tile_keys = std::min(kv_block, key_end - j0);
       const int64_t tile_pad = AmxRoundUp(tile_keys);
-      PackAmxKeys(static_cast<const uint16_t*>(run.k), h.k_stride, tile_keys, tile_pad, h.d,
+      // Packed from the K and V rows in place: one run of contiguous keys,
+      // or one per page the tile meets (TileRun).
+      FindTileRuns(h, j0, tile_keys, &hint, &runs);
+      PackAmxKeys(TileRowCursor<false>(runs, h.k_stride), tile_keys, tile_pad, h.d,
                   scratch.d_pad(), scratch.kp());
-      const bool bad = PackAmxValues(static_cast<const uint16_t*>(run.v), h.v_stride, tile_keys,
-                                     tile_pad, h.dv, scratch.dv_pad(), scratch.vp());
+      const bool bad = PackAmxValues(TileRowCursor<true>(runs, h.v_stride), tile_keys, tile_pad,
+                                     h.dv, scratch.dv_pad(), scratch.vp());
       for (int64_t g0 = 0; g0 < rows; g0 += kAmxGroupRows) {
         const int64_t r0 = q0 + g0;
         const int64_t group_rows = std::min(kAmxGroupRows, rows - g0);
@@ -197,7 +200,7 @@ HWY_INLINE void AmxHead(const internal::HeadView& h, const Tiles& tiles, AmxScra
                         o + g * scratch.dv_pad());
         }
         if (bad) {
-          AmxMixNonFinite(h, scratch, group_rows, run.v, keys, o);
+          AmxMixNonFinite(h, scratch, group_rows, runs, keys, o);
         } else {
           for (int64_t g = group_rows; g < kAmxGroupRows; ++g) {
             std::fill(scratch.p(g), scratch.p(g) + keys_pad, uint16_t{0});  // padding rows

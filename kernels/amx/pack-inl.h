@@ -38,7 +38,7 @@
 
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
-#include "kernels/bf16dot/pack-inl.h"      // LoadPair, PackValuePairs
+#include "kernels/bf16dot/pack-inl.h"      // LoadPair, PackValuePairsOf, TileRun
 #include "kernels/common/scratch.h"         // GrowScratch
 #include "kernels/streaming/narrow-inl.h"  // NarrowRowStats
 
@@ -86,8 +86,10 @@ class AmxScratch {
   uint16_t* p(int64_t r) const { return p_.get() + r * keys_; }
   float* o(int64_t r) const { return o_.get() + r * dv_pad_; }  // row r of the block
   NarrowRowStats* stats() { return stats_.data(); }
+  std::vector<TileRun>* runs() { return &runs_; }
 
  private:
+  std::vector<TileRun> runs_;  // the current key tile's runs
   hwy::AlignedFreeUniquePtr<uint16_t[]> q_, p_;
   hwy::AlignedFreeUniquePtr<uint32_t[]> kp_, vp_;
   hwy::AlignedFreeUniquePtr<float[]> s_, o_;
@@ -116,31 +118,46 @@ HWY_INLINE void PackAmxQueries(const uint16_t* HWY_RESTRICT q, int64_t q_stride,
 // keys_pad keys and d_pad / 2 pairs (layout above). Once per query block
 // and key tile: d/2 u32 moves a key, against 2·q_block·(d + d_v) FLOPs of
 // tile products that use them.
-HWY_INLINE void PackAmxKeys(const uint16_t* HWY_RESTRICT k, int64_t k_stride, int64_t keys,
-                            int64_t keys_pad, int64_t d, int64_t d_pad,
-                            uint32_t* HWY_RESTRICT kp) {
+// k_row(n) gives K row n of the tile, for n increasing (TileRowCursor).
+template <class KRow>
+HWY_INLINE void PackAmxKeys(KRow&& k_row, int64_t keys, int64_t keys_pad, int64_t d,
+                            int64_t d_pad, uint32_t* HWY_RESTRICT kp) {
   const int64_t chunks = d_pad / kAmxPad;  // tiles along d
   const int64_t pairs = (d + 1) / 2, pairs_pad = d_pad / 2;
   for (int64_t n = 0; n < keys_pad; ++n) {
     uint32_t* HWY_RESTRICT base = kp + (n / 16) * chunks * kAmxTileWords + n % 16;
-    const uint16_t* HWY_RESTRICT row = k + n * k_stride;
+    const uint16_t* HWY_RESTRICT row = n < keys ? k_row(n) : nullptr;
     for (int64_t t = 0; t < pairs_pad; ++t) {
       const uint32_t pair = n < keys && t < pairs ? LoadPair(row, t, d) : 0u;
       base[(t / 16) * kAmxTileWords + (t % 16) * 16] = pair;
     }
   }
 }
+// The same for rows at a fixed stride from k.
+HWY_INLINE void PackAmxKeys(const uint16_t* HWY_RESTRICT k, int64_t k_stride, int64_t keys,
+                            int64_t keys_pad, int64_t d, int64_t d_pad,
+                            uint32_t* HWY_RESTRICT kp) {
+  PackAmxKeys([&](int64_t n) { return k + n * k_stride; }, keys, keys_pad, d, d_pad, kp);
+}
 
 // Vp for keys [0, keys) of a tile, zero up to keys_pad / 2 pair rows and
 // dv_pad columns; returns whether any value is NaN or ±Inf.
-HWY_INLINE bool PackAmxValues(const uint16_t* HWY_RESTRICT v, int64_t v_stride, int64_t keys,
-                              int64_t keys_pad, int64_t dv, int64_t dv_pad,
-                              uint32_t* HWY_RESTRICT vp) {
-  const bool bad = PackValuePairs(v, v_stride, keys, dv, vp, dv_pad);
+// v_row(j) gives V row j of the tile, for j increasing (TileRowCursor).
+template <class VRow>
+HWY_INLINE bool PackAmxValues(VRow&& v_row, int64_t keys, int64_t keys_pad, int64_t dv,
+                              int64_t dv_pad, uint32_t* HWY_RESTRICT vp) {
+  const bool bad = PackValuePairsOf(v_row, keys, dv, vp, dv_pad);
   const int64_t pair_rows = (keys + 1) / 2;
   for (int64_t u = 0; u < pair_rows; ++u) std::fill(vp + u * dv_pad + dv, vp + (u + 1) * dv_pad, 0u);
   std::fill(vp + pair_rows * dv_pad, vp + keys_pad / 2 * dv_pad, 0u);
   return bad;
+}
+// The same for rows at a fixed stride from v.
+HWY_INLINE bool PackAmxValues(const uint16_t* HWY_RESTRICT v, int64_t v_stride, int64_t keys,
+                              int64_t keys_pad, int64_t dv, int64_t dv_pad,
+                              uint32_t* HWY_RESTRICT vp) {
+  return PackAmxValues([&](int64_t j) { return v + j * v_stride; }, keys, keys_pad, dv, dv_pad,
+                       vp);
 }
 
 }  // namespace HWY_NAMESPACE

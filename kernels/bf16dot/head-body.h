@@ -34,7 +34,8 @@
 // views of one row the widened narrow path (narrow-inl.h).
 //
 // Memory traffic: the streaming kernel's, at 2 bytes an element: K and V
-// read once per query block, Q once, O written once; extra memory
+// read once per query block, in place (a paged cache's pages too: a key
+// tile spans pages, TileRun), Q once, O written once; extra memory
 // O(q_block·(d + dv) + kv_block·(P + dv)) (Bf16DotScratch).
 
 // St[r][:] = scale · Σ_t PairDot(Qp[t][:], K[r] pair t) for R keys at k.
@@ -169,20 +170,20 @@ HWY_INLINE void Bf16DotHead(const internal::HeadView& h, const Tiles& tiles,
     const bool modified = h.HasScoreModifiers();
     NonFiniteV bad_v;  // float32 path for a V tile with NaN / Inf
     int64_t hint = 0;
-    for (int64_t j0 = h.KeyBegin(q0), tile_keys = 0; j0 < key_end; j0 += tile_keys) {
-      // A tile ends where its run of contiguous keys does (a paged cache's
-      // page, kernel.h KeyRun): its K and V rows are then at a fixed stride
-      // from the run's first, read in place.
-      const internal::KeyRun run = h.RunAt(j0, &hint);
-      tile_keys = std::min({kv_block, key_end - j0, run.keys});
-      const auto* HWY_RESTRICT kt = static_cast<const uint16_t*>(run.k);
-      const auto* HWY_RESTRICT vt = static_cast<const uint16_t*>(run.v);
-      const bool bad = PackValuePairs(vt, h.v_stride, tile_keys, h.dv, scratch.vp(), h.dv);
+    std::vector<TileRun>& runs = *scratch.runs();
+    for (int64_t j0 = h.KeyBegin(q0); j0 < key_end; j0 += kv_block) {
+      const int64_t tile_keys = std::min(kv_block, key_end - j0);
+      // The tile's K and V rows, read in place: one run of contiguous keys,
+      // or one per page it meets (TileRun).
+      FindTileRuns(h, j0, tile_keys, &hint, &runs);
+      const bool bad = PackValuePairsOf(TileRowCursor<true>(runs, h.v_stride), tile_keys, h.dv,
+                                        scratch.vp(), h.dv);
       if (bad) {
         scratch.ReserveWidened(kv_block, h.dv);
-        const FloatRows vw =
-            WidenRows(vt, DType::kBF16, h.v_stride, tile_keys, h.dv, scratch.vw());
-        bad_v.Clean(vw.data, vw.stride, tile_keys, h.dv);
+        for (const TileRun& run : runs) {  // rows of dv floats
+          WidenRows(run.v, DType::kBF16, h.v_stride, run.keys, h.dv, scratch.vw() + run.at * h.dv);
+        }
+        bad_v.Clean(scratch.vw(), h.dv, tile_keys, h.dv);
       }
       for (int64_t p = 0; p < panels; ++p) {
         const int64_t r0 = q0 + p * P;
@@ -192,7 +193,11 @@ HWY_INLINE void Bf16DotHead(const internal::HeadView& h, const Tiles& tiles,
             std::clamp<int64_t>(h.VisibleEnd(r0 + panel_rows - 1), j0, j0 + tile_keys) - j0;
         // Tile wholly above this panel's diagonal, or before its window.
         if (keys <= 0 || h.KeyBegin(r0) >= j0 + keys) continue;
-        PairScoreTile(scratch.qp(p, h.d), h.d, kt, h.k_stride, keys, h.scale, st);
+        for (const TileRun& run : runs) {
+          if (run.at >= keys) break;
+          PairScoreTile(scratch.qp(p, h.d), h.d, run.k, h.k_stride,
+                        std::min(run.keys, keys - run.at), h.scale, st + run.at * P);
+        }
         if (modified) ModifyPanelTile(h, r0, j0, keys, st);  // soft-cap, ALiBi
         if (h.mask) {
           AddMaskTile(h.mask + r0 * h.mask_row_stride + j0 * h.mask_col_stride, h.mask_row_stride,

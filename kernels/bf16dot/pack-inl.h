@@ -31,12 +31,16 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
 #include "kernels/common/bf16dot-inl.h"      // DPairF, DPairU
 #include "kernels/common/microkernels-inl.h"  // PanelWidth, kPanelVectors
 #include "kernels/common/scratch.h"           // GrowScratch
 #include "kernels/common/softmax-inl.h"       // PanelStats
+#include "kernels/kernel.h"                   // HeadView, KeyRun
 #include "kernels/streaming/narrow-inl.h"     // NarrowScratch
 
 HWY_BEFORE_NAMESPACE();
@@ -57,6 +61,50 @@ HWY_INLINE uint32_t LoadPair(const uint16_t* HWY_RESTRICT row, int64_t t, int64_
   }
   return row[2 * t];
 }
+
+// Keys [at, at + keys) of a key tile, contiguous in memory from k and v at
+// the view's row strides: a tile of a dense view is one run, a tile of a
+// paged cache's view one per page it meets (kernel.h KeyRun).
+struct TileRun {
+  const uint16_t* k = nullptr;
+  const uint16_t* v = nullptr;
+  int64_t at = 0, keys = 0;
+};
+
+// The runs of the view's keys [j0, j0 + keys) into *runs (hint: RunAt's,
+// kept across the tiles of a walk). The tiles of the bf16 dot-product and
+// AMX kernels span pages this way rather than ending at each: with
+// 16-token pages, tiles of a page each ran a chunked prefill at 0.86 of
+// the contiguous layout's rate (AMD EPYC Zen 4, vdpbf16ps), and AMX pads
+// a tile to whole 32-key tiles.
+HWY_INLINE void FindTileRuns(const internal::HeadView& h, int64_t j0, int64_t keys,
+                             int64_t* hint, std::vector<TileRun>* runs) {
+  runs->clear();
+  for (int64_t j = j0; j < j0 + keys;) {
+    const internal::KeyRun run = h.RunAt(j, hint);
+    const int64_t n = std::min(run.keys, j0 + keys - j);
+    runs->push_back({static_cast<const uint16_t*>(run.k), static_cast<const uint16_t*>(run.v),
+                     j - j0, n});
+    j += n;
+  }
+}
+
+// Row j of a tile's K (kValues false) or V rows, for j that never
+// decreases from one call to the next (the packing loops).
+template <bool kValues>
+class TileRowCursor {
+ public:
+  TileRowCursor(const std::vector<TileRun>& runs, int64_t stride)
+      : run_(runs.data()), stride_(stride) {}
+  HWY_INLINE const uint16_t* operator()(int64_t j) {
+    while (j >= run_->at + run_->keys) ++run_;
+    return (kValues ? run_->v : run_->k) + (j - run_->at) * stride_;
+  }
+
+ private:
+  const TileRun* run_;
+  int64_t stride_;
+};
 
 // Scratch of one bf16 dot-product worker, sized for (q_block, kv_block, d, dv).
 class Bf16DotScratch {
@@ -97,6 +145,7 @@ class Bf16DotScratch {
   uint32_t* pp() const { return pp_.get(); }
   uint32_t* vp() const { return vp_.get(); }
   float* vw() const { return vw_.get(); }
+  std::vector<TileRun>* runs() { return &runs_; }
   NarrowScratch& narrow() { return narrow_; }
   PanelStats stats(int64_t panel) const {
     float* base = stats_.get() + panel * 3 * PanelWidth();
@@ -105,6 +154,7 @@ class Bf16DotScratch {
 
  private:
   NarrowScratch narrow_;  // views of few rows (narrow-body.h)
+  std::vector<TileRun> runs_;  // the current key tile's runs
   hwy::AlignedFreeUniquePtr<uint32_t[]> qp_, pp_, vp_, nq_, np_;
   size_t nq_size_ = 0, np_size_ = 0;
   int64_t narrow_q_stride_ = 0, narrow_p_stride_ = 0;
@@ -139,16 +189,19 @@ HWY_INLINE auto PairHasNonFinite(V pair) {
 // returns whether any of the tile's values is NaN or ±Inf. A vector of N
 // columns is two zero-extending loads of N bf16 (vpmovzxwd on AVX-512), a
 // shift and an OR.
-HWY_INLINE bool PackValuePairs(const uint16_t* HWY_RESTRICT v, int64_t v_stride, int64_t keys,
-                               int64_t dv, uint32_t* HWY_RESTRICT vp, int64_t vp_stride) {
+// v_row(j) gives V row j of the tile, for j increasing (TileRowCursor, or
+// a fixed stride: PackValuePairs below).
+template <class VRow>
+HWY_INLINE bool PackValuePairsOf(VRow&& v_row, int64_t keys, int64_t dv,
+                                 uint32_t* HWY_RESTRICT vp, int64_t vp_stride) {
   const DPairU du;
   const hn::Rebind<uint16_t, DPairU> du16;
   const int64_t N = int64_t(hn::Lanes(du));
   auto bad = hn::FirstN(du, 0);
   bool bad_tail = false;
   for (int64_t u = 0; 2 * u < keys; ++u) {
-    const uint16_t* HWY_RESTRICT even = v + 2 * u * v_stride;
-    const uint16_t* HWY_RESTRICT odd = 2 * u + 1 < keys ? even + v_stride : nullptr;
+    const uint16_t* HWY_RESTRICT even = v_row(2 * u);
+    const uint16_t* HWY_RESTRICT odd = 2 * u + 1 < keys ? v_row(2 * u + 1) : nullptr;
     uint32_t* HWY_RESTRICT dst = vp + u * vp_stride;
     int64_t c = 0;
     for (; c + N <= dv; c += N) {
@@ -164,6 +217,10 @@ HWY_INLINE bool PackValuePairs(const uint16_t* HWY_RESTRICT v, int64_t v_stride,
     }
   }
   return bad_tail || !hn::AllFalse(du, bad);
+}
+HWY_INLINE bool PackValuePairs(const uint16_t* HWY_RESTRICT v, int64_t v_stride, int64_t keys,
+                               int64_t dv, uint32_t* HWY_RESTRICT vp, int64_t vp_stride) {
+  return PackValuePairsOf([&](int64_t j) { return v + j * v_stride; }, keys, dv, vp, vp_stride);
 }
 
 // bf16 bits of float32 x, rounded to nearest even, in the low 16 bits
