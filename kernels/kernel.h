@@ -94,9 +94,9 @@ struct HeadView {
   // Keys in spans (null: key j at k + j * k_stride, and v likewise): view
   // key j is key j + span_shift of spans[0 .. span_count), which cover it in
   // increasing order. The streaming kernel and the bf16 dot-product and
-  // AMX kernels read spans (their tiles follow or, on the narrow path,
-  // cross their boundaries: RunAt); the executor of the serving calls hands
-  // them to no other kernel (KernelImpl::run_spans).
+  // AMX kernels read spans (their key tiles span the spans' boundaries,
+  // RunAt); the executor of the serving calls hands them to no other
+  // kernel (KernelImpl::run_spans).
   const KeySpan* spans = nullptr;
   int64_t span_count = 0, span_shift = 0;
   // Bytes from a span's k (v) to this view's rows: spans give kv head 0's

@@ -449,8 +449,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, PagedTest, ::testing::ValuesIn(Cases()),
 
 // All-bf16 pages on every bf16 dot-product path this machine can run (the
 // emulated ones on every target). The paths' rows of the kernel table read
-// a sequence's pages in one call (their span entry point: tiles that end at
-// a page's end, one online softmax across the pages): decode and GQA
+// a sequence's pages in one call (their span entry point: key tiles that
+// span pages, one online softmax across them): decode and GQA
 // groups (the narrow path, NarrowHead and PairNarrowHead) and chunked
 // prefill of more rows than half a panel (Bf16DotHead, AmxHead), pages of
 // 1 (decode), 16 and 128 tokens in shuffled order, ragged lengths, a window.

@@ -30,7 +30,8 @@
 // paths): products exact, float32 sums in pairs, P rounded to bf16.
 //
 // Memory traffic: the widened narrow path's, K and V read once per view at
-// 2 bytes an element, in place; extra memory R·(d + dv + kv_block) floats
+// 2 bytes an element, in place (a paged cache's pages too: a key tile spans
+// pages, TileRun); extra memory R·(d + dv + kv_block) floats
 // (NarrowScratch) and rows·(d + kv_block) / 2 words of bf16 pairs
 // (Bf16DotScratch::ReserveNarrow).
 //
@@ -150,8 +151,8 @@ HWY_INLINE void PairNarrowScoreTile(const internal::HeadView& h, const NarrowScr
 template <int R, int C>
 HWY_INLINE void PairNarrowMixChunk(const NarrowScratch& ns, int64_t row0,
                                    const uint32_t* HWY_RESTRICT pp, int64_t pp_stride,
-                                   int64_t keys, const uint16_t* HWY_RESTRICT v, int64_t v_stride,
-                                   int64_t c0) {
+                                   int64_t keys, const std::vector<TileRun>& runs,
+                                   int64_t v_stride, int64_t c0) {
   const DPairF df;
   const DPairU du;
   const hn::Repartition<uint16_t, DPairU> dh;
@@ -175,9 +176,14 @@ HWY_INLINE void PairNarrowMixChunk(const NarrowScratch& ns, int64_t row0,
       }
     }
   };
+  // A pair's two rows may lie in two pages (a run of odd length).
+  TileRowCursor<true> v_row(runs, v_stride);
   int64_t u = 0;
-  for (; 2 * u + 1 < keys; ++u) add_pair(u, v + 2 * u * v_stride, v + (2 * u + 1) * v_stride);
-  if (2 * u < keys) add_pair(u, v + 2 * u * v_stride, nullptr);  // odd tile: (last, 0)
+  for (; 2 * u + 1 < keys; ++u) {
+    const uint16_t* HWY_RESTRICT even = v_row(2 * u);
+    add_pair(u, even, v_row(2 * u + 1));
+  }
+  if (2 * u < keys) add_pair(u, v_row(2 * u), nullptr);  // odd tile: (last, 0)
   for (int r = 0; r < R; ++r) {
     for (int n = 0; n < 2 * C; ++n)
       hn::Store(ATTN_AT2(acc, r, n), df, ns.o(row0 + r) + c0 + n * N);
@@ -187,11 +193,13 @@ HWY_INLINE void PairNarrowMixChunk(const NarrowScratch& ns, int64_t row0,
 template <int R, int C>
 HWY_INLINE void PairNarrowMixChunkN(int64_t chunks, const NarrowScratch& ns, int64_t row0,
                                     const uint32_t* HWY_RESTRICT pp, int64_t pp_stride,
-                                    int64_t keys, const uint16_t* HWY_RESTRICT v,
+                                    int64_t keys, const std::vector<TileRun>& runs,
                                     int64_t v_stride, int64_t c0) {
   if constexpr (C > 0) {
-    if (chunks == C) return PairNarrowMixChunk<R, C>(ns, row0, pp, pp_stride, keys, v, v_stride, c0);
-    PairNarrowMixChunkN<R, C - 1>(chunks, ns, row0, pp, pp_stride, keys, v, v_stride, c0);
+    if (chunks == C) {
+      return PairNarrowMixChunk<R, C>(ns, row0, pp, pp_stride, keys, runs, v_stride, c0);
+    }
+    PairNarrowMixChunkN<R, C - 1>(chunks, ns, row0, pp, pp_stride, keys, runs, v_stride, c0);
   }
 }
 
@@ -201,21 +209,22 @@ HWY_INLINE void PairNarrowMixChunkN(int64_t chunks, const NarrowScratch& ns, int
 template <int R>
 HWY_INLINE void PairNarrowMixTile(const NarrowScratch& ns, int64_t row0,
                                   const uint32_t* HWY_RESTRICT pp, int64_t pp_stride,
-                                  int64_t keys, const uint16_t* HWY_RESTRICT v, int64_t v_stride,
-                                  int64_t dv) {
+                                  int64_t keys, const std::vector<TileRun>& runs,
+                                  int64_t v_stride, int64_t dv) {
   // 2·R·C accumulators and 4 V vectors within 32 (or 16) registers.
   constexpr int C = kNarrowWideRegisters ? (R <= 2 ? 4 : 2) : (R <= 2 ? 2 : 1);
   const int64_t width = 2 * int64_t(hn::Lanes(DPairU()));
   const int64_t chunks = dv / width;
   for (int64_t c = 0; c < chunks; c += C) {
-    PairNarrowMixChunkN<R, C>(std::min<int64_t>(C, chunks - c), ns, row0, pp, pp_stride, keys, v,
-                              v_stride, c * width);
+    PairNarrowMixChunkN<R, C>(std::min<int64_t>(C, chunks - c), ns, row0, pp, pp_stride, keys,
+                              runs, v_stride, c * width);
   }
   for (int64_t c = chunks * width; c < dv; ++c) {
     for (int r = 0; r < R; ++r) {
       const float* HWY_RESTRICT p = ns.s(row0 + r);
       float total = ns.o(row0 + r)[c];
-      for (int64_t j = 0; j < keys; ++j) total += p[j] * internal::FloatFromBF16(v[j * v_stride + c]);
+      TileRowCursor<true> v_row(runs, v_stride);
+      for (int64_t j = 0; j < keys; ++j) total += p[j] * internal::FloatFromBF16(v_row(j)[c]);
       ns.o(row0 + r)[c] = total;
     }
   }
@@ -274,17 +283,20 @@ HWY_INLINE bool PackNarrowWeightPairs(const float* HWY_RESTRICT s, int64_t keys,
 
 // One tile of keys [j0, j0 + keys) for the R rows [row0, row0 + R):
 // scores, modifiers, mask and causal limits, online softmax, mix. The
-// tile's keys lie in `run` (RunAt(j0)), which holds at least `keys` of them.
+// tile's K and V rows are in `runs` (one, or one per page it meets).
 template <int R>
 HWY_INLINE void PairNarrowGroupTile(const internal::HeadView& h, NarrowScratch& ns,
                                     Bf16DotScratch& bs, int64_t row0, int64_t j0, int64_t keys,
-                                    int64_t key_end, const internal::KeyRun& run,
+                                    int64_t key_end, const std::vector<TileRun>& runs,
                                     NarrowRowStats* HWY_RESTRICT stats) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  const auto* HWY_RESTRICT v = static_cast<const uint16_t*>(run.v);
-  PairNarrowScoreTile<R>(h, ns, bs.narrow_q(row0), bs.narrow_q_stride(), row0,
-                         static_cast<const uint16_t*>(run.k), v, keys,
-                         std::min(run.keys, key_end - j0), /*prefetch=*/row0 == 0);
+  for (const TileRun& run : runs) {  // scores of each run at its place in the tile
+    ns.SetScoreAt(run.at);
+    PairNarrowScoreTile<R>(h, ns, bs.narrow_q(row0), bs.narrow_q_stride(), row0, run.k, run.v,
+                           run.keys, std::min(run.contiguous, key_end - (j0 + run.at)),
+                           /*prefetch=*/row0 == 0);
+  }
+  ns.SetScoreAt(0);
   const bool modified = h.HasScoreModifiers();
   bool any_hidden = false;
   for (int64_t r = row0; r < row0 + R; ++r) {
@@ -301,12 +313,19 @@ HWY_INLINE void PairNarrowGroupTile(const internal::HeadView& h, NarrowScratch& 
     any_hidden |= PackNarrowWeightPairs(s, keys, bs.narrow_p(r - row0));
   }
   if (!any_hidden) {
-    PairNarrowMixTile<R>(ns, row0, bs.narrow_p(0), bs.narrow_p_stride(), keys, v, h.v_stride, h.dv);
+    PairNarrowMixTile<R>(ns, row0, bs.narrow_p(0), bs.narrow_p_stride(), keys, runs, h.v_stride,
+                         h.dv);
     return;
   }
-  // Some row cannot see some key: the float32 mix, which skips it.
+  // Some row cannot see some key: the float32 mix, which skips it, a run
+  // at a time.
   for (int64_t r = row0; r < row0 + R; ++r) PairLayoutFromColumns(ns.o(r), h.dv, false);
-  NarrowMixTile<R>(ns, row0, keys, reinterpret_cast<const hwy::bfloat16_t*>(v), h.v_stride, h.dv);
+  for (const TileRun& run : runs) {
+    ns.SetScoreAt(run.at);
+    NarrowMixTile<R>(ns, row0, run.keys, reinterpret_cast<const hwy::bfloat16_t*>(run.v),
+                     h.v_stride, h.dv);
+  }
+  ns.SetScoreAt(0);
   for (int64_t r = row0; r < row0 + R; ++r) PairLayoutFromColumns(ns.o(r), h.dv, true);
 }
 
@@ -336,17 +355,18 @@ HWY_INLINE void PairNarrowHead(const internal::HeadView& h, const Tiles& tiles,
   }
   const int64_t key_end = h.VisibleEnd(rows - 1);
   int64_t hint = 0;
-  for (int64_t j0 = h.KeyBegin(0), keys = 0; j0 < key_end; j0 += keys) {
-    // A tile ends where its run of contiguous keys does (a paged cache's
-    // page, kernel.h KeyRun).
-    const internal::KeyRun run = h.RunAt(j0, &hint);
-    keys = std::min({kv_block, key_end - j0, run.keys});
+  std::vector<TileRun>& runs = *bs.runs();
+  for (int64_t j0 = h.KeyBegin(0); j0 < key_end; j0 += kv_block) {
+    const int64_t keys = std::min(kv_block, key_end - j0);
+    // The tile's K and V rows, read in place: one run of contiguous keys,
+    // or one per page it meets (TileRun).
+    FindTileRuns(h, j0, keys, &hint, &runs);
     for (int64_t row0 = 0; row0 < rows; row0 += kNarrowGroupRows) {
       switch (std::min<int64_t>(kNarrowGroupRows, rows - row0)) {
-        case 1: PairNarrowGroupTile<1>(h, ns, bs, row0, j0, keys, key_end, run, stats); break;
-        case 2: PairNarrowGroupTile<2>(h, ns, bs, row0, j0, keys, key_end, run, stats); break;
-        case 3: PairNarrowGroupTile<3>(h, ns, bs, row0, j0, keys, key_end, run, stats); break;
-        default: PairNarrowGroupTile<4>(h, ns, bs, row0, j0, keys, key_end, run, stats); break;
+        case 1: PairNarrowGroupTile<1>(h, ns, bs, row0, j0, keys, key_end, runs, stats); break;
+        case 2: PairNarrowGroupTile<2>(h, ns, bs, row0, j0, keys, key_end, runs, stats); break;
+        case 3: PairNarrowGroupTile<3>(h, ns, bs, row0, j0, keys, key_end, runs, stats); break;
+        default: PairNarrowGroupTile<4>(h, ns, bs, row0, j0, keys, key_end, runs, stats); break;
       }
     }
   }

@@ -69,6 +69,9 @@ struct TileRun {
   const uint16_t* k = nullptr;
   const uint16_t* v = nullptr;
   int64_t at = 0, keys = 0;
+  // Keys contiguous from k and v, past the tile's end too (to the end of
+  // the page or of the view): how far K may be requested ahead.
+  int64_t contiguous = 0;
 };
 
 // The runs of the view's keys [j0, j0 + keys) into *runs (hint: RunAt's,
@@ -84,7 +87,7 @@ HWY_INLINE void FindTileRuns(const internal::HeadView& h, int64_t j0, int64_t ke
     const internal::KeyRun run = h.RunAt(j, hint);
     const int64_t n = std::min(run.keys, j0 + keys - j);
     runs->push_back({static_cast<const uint16_t*>(run.k), static_cast<const uint16_t*>(run.v),
-                     j - j0, n});
+                     j - j0, n, run.keys});
     j += n;
   }
 }
