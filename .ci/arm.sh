@@ -36,14 +36,14 @@ done
 # shape. The other Memory.*65536* tests (the tile caps; 0.5-29 s each)
 # run.
 # The whole suite at qemu's default length (512 bits): every test on
-# NEON, SVE and SVE2, except that the tests that hold every kernel and
-# element type to the float64 reference on each target (the ones
-# ATTN_TEST_TARGETS narrows: KernelsTest, DTypeKernels, Bf16DotKernels and
-# the others of test_util's ExpectVariantsWithinNaiveBound) take NEON and
-# SVE2 only. SVE and SVE2 are Highway's two length-agnostic targets, the
-# same source with a few SVE2 instructions more; SVE2 runs them here and at
-# 256 bits, SVE at 128 bits below (and every other test here). That is a
-# third of those tests' time at 512 bits, where qemu is slowest.
+# NEON, SVE and SVE2, except that the tests that iterate the targets
+# (ATTN_TEST_TARGETS narrows them: every kernel and element type against
+# the float64 reference, GQA, hostile inputs, score modifiers, paged and
+# varlen calls, q8_0) take NEON and SVE2 only. SVE and SVE2 are Highway's
+# two length-agnostic targets, the same source with a few SVE2
+# instructions more; SVE2 runs them here and at 256 bits, SVE the kernel
+# tests at 128 bits below, and both the per-target SIMD blocks here. That
+# is a third of those tests' time at 512 bits, where qemu is slowest.
 ATTN_TEST_TARGETS=NEON,SVE2 \
 QEMU_CPU=${QEMU_CPU:-max} ctest --test-dir "$build" -j2 --output-on-failure --timeout 1200 \
   -E '^(TargetsEnv\.ForcedSSE4|Llama\..*|Memory\.ParallelAt65536Squared.*)$'

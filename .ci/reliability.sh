@@ -34,9 +34,18 @@ CC=clang-14 CXX=clang++-14 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDe
   -DATTN_SANITIZE=address,undefined -DATTN_BUILD_FUZZ=ON -DATTN_BUILD_BENCH=OFF >/dev/null
 cmake --build build-asan -j2
 step "ASan+UBSan tests"
+# The per-target tests on every supported target but EMU128
+# (ATTN_TEST_TARGETS=-EMU128, tests/test_util.h TestTargets): on x86 EMU128
+# is the baseline no CPU of this decade runs, its loads and stores are
+# those of SSE4's 128-bit vectors lane for lane (SSE4 keeps its full-vector
+# MaskedLoad here), and under ASan its scalar lane loops were the slowest
+# quarter of the suite; the Release build tests it. Llama.* is left out as
+# on Arm (a model-sized run, 52 s here, of the kernels the shape tests
+# check under ASan).
+ATTN_TEST_TARGETS=-EMU128 \
 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  ctest --test-dir build-asan -j2 --output-on-failure --no-tests=error
+  ctest --test-dir build-asan -j2 --output-on-failure --no-tests=error -E '^Llama\.'
 
 step "fuzz: $fuzz_runs runs, seed 1"
 rm -rf build-asan/fuzz-corpus build-asan/fuzz-artifacts

@@ -204,7 +204,7 @@ Bound NaiveBound(Owned& o, const reference::Result& ref) {
 void ExpectEveryKernelMatches(Owned& o) {
   const reference::Result ref = reference::Attention(o.p);
   const Bound bound = NaiveBound(o, ref);
-  const std::vector<std::string> targets = SupportedTargets();
+  const std::vector<std::string> targets = TestTargets();
   ASSERT_FALSE(targets.empty());
   for (const std::string& target : targets) {
     ForceTarget(target);
@@ -457,7 +457,7 @@ TEST(Gqa, FullyMaskedRowsAreZeroWithLseMinusInf) {
   s.mask = MaskKind::kKeyPadding;
   s.fully_masked = true;
   Owned o = Make(s);
-  for (const std::string& target : SupportedTargets()) {
+  for (const std::string& target : TestTargets()) {
     ForceTarget(target);
     for (const Variant& variant : Variants()) {
       SCOPED_TRACE(target + " " + variant.name);
@@ -568,7 +568,7 @@ std::vector<Variant> MergeVariants() {
 void ExpectSplitMergeMatches(Owned& o) {
   const reference::Result ref = reference::Attention(o.p);
   const Bound bound = NaiveBound(o, ref);
-  for (const std::string& target : SupportedTargets()) {
+  for (const std::string& target : TestTargets()) {
     ForceTarget(target);
     for (const Variant& variant : MergeVariants()) {
       for (int k : {2, 3, 5}) {

@@ -48,7 +48,7 @@ float& At(std::vector<float>& buf, const ConstTensor& t, int64_t b, int64_t h, i
 void ExpectEveryKernelMatches(OwnedProblem& owned) {
   const Problem& p = owned.problem;
   const reference::Result ref = reference::Attention(p);
-  for (const std::string& target : SupportedTargets()) {
+  for (const std::string& target : TestTargets()) {
     ForceTarget(target);
     for (const Variant& variant : Variants()) {
       SCOPED_TRACE(target + " " + variant.name);
@@ -442,7 +442,7 @@ void ForEachKernelResult(HandProblem& hp,
   variants.push_back(MakeVariant("streaming/kv1", KernelId::kStreaming, 1, {0, 1, 0}));
   variants.push_back(MakeVariant("parallel/t2/kv1", KernelId::kParallel, 2, {0, 1, 0}));
   const reference::Result ref = reference::Attention(hp.problem);
-  for (const std::string& target : SupportedTargets()) {
+  for (const std::string& target : TestTargets()) {
     ForceTarget(target);
     for (const Variant& variant : variants) {
       const std::string where = target + " " + variant.name;
@@ -604,7 +604,7 @@ TEST(Hostile, ScoresBeyondFloat32RangeGiveNaNNeverAWrongNumber) {
   OwnedProblem o = MakeProblem(Base(Causal::kNone));
   for (float& x : o.q) x = 1e20f;
   for (float& x : o.k) x = 1e20f;
-  for (const std::string& target : SupportedTargets()) {
+  for (const std::string& target : TestTargets()) {
     ForceTarget(target);
     for (const Variant& variant : Variants()) {
       SCOPED_TRACE(target + " " + variant.name);
@@ -708,7 +708,7 @@ TEST(Hostile, MisalignedPointersWorkOnEveryTarget) {
     ASSERT_EQ(reinterpret_cast<uintptr_t>(p.q.data) % 64, 4u);
     ASSERT_EQ(reinterpret_cast<uintptr_t>(p.out.data) % 64, 4u);
     const reference::Result ref = reference::Attention(p);
-    for (const std::string& target : SupportedTargets()) {
+    for (const std::string& target : TestTargets()) {
       ForceTarget(target);
       for (const Variant& variant : Variants()) {
         SCOPED_TRACE(target + " " + variant.name);

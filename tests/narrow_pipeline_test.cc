@@ -176,7 +176,7 @@ TEST(NarrowPipeline, EqualsTheTiledWalkBitForBit) {
   for (const Shape& shape : DecodeShapes()) {
     SCOPED_TRACE(shape.Name());
     OwnedProblem o = MakeProblem(shape);
-    for (const std::string& target : SupportedTargets()) {
+    for (const std::string& target : TestTargets()) {
       ForceTarget(target);
       for (const Variant& v : Variants()) {
         SCOPED_TRACE(target + " " + v.name);
@@ -206,7 +206,7 @@ TEST(NarrowPipeline, NonFiniteInputsGiveTheTiledWalksBits) {
   o.k[10 * s.d + 3] = std::nanf("");
   o.v[(s.tk + 70) * s.dv + 5] = inf;
   o.mask[70] = -inf;  // one mask row, broadcast over the heads
-  for (const std::string& target : SupportedTargets()) {
+  for (const std::string& target : TestTargets()) {
     ForceTarget(target);
     for (const Variant& v : Variants()) {
       SCOPED_TRACE(target + " " + v.name);

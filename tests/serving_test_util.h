@@ -192,7 +192,7 @@ Errors DenseNaiveErrors(const ServingProblem& p, const reference::PackedResult& 
 inline void ExpectServingVariantsWithinBound(
     const std::function<Errors(const Options&)>& run, const Errors& naive_err,
     const std::function<Bound(const Errors&)>& bound_from_naive, int extra_threads = 3) {
-  for (const std::string& target : SupportedTargets()) {
+  for (const std::string& target : TestTargets()) {
     ForceTarget(target);
     const Bound bound = bound_from_naive(naive_err);  // the dot path follows the target
     for (const Variant& variant : KernelVariants(extra_threads)) {

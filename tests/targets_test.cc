@@ -61,6 +61,19 @@ TEST(Targets, TestTargetsFollowsAttnTestTargets) {
   EXPECT_NONFATAL_FAILURE(test::TestTargets(), "names NOT_A_TARGET");
   setenv("ATTN_TEST_TARGETS", ",", 1);
   EXPECT_NONFATAL_FAILURE(test::TestTargets(), "leaves no target to test");
+  // Removals: from every supported target, or from the names given; a
+  // removed name need not run here.
+  std::vector<std::string> but_lowest(supported.begin(), supported.end() - 1);
+  const std::string remove_lowest = "-" + lowest + ",-NOT_A_TARGET";
+  setenv("ATTN_TEST_TARGETS", remove_lowest.c_str(), 1);
+  if (but_lowest.empty()) {
+    EXPECT_NONFATAL_FAILURE(test::TestTargets(), "leaves no target to test");
+  } else {
+    EXPECT_EQ(test::TestTargets(), but_lowest);
+    const std::string named = supported.front() + "," + lowest + ",-" + lowest;
+    setenv("ATTN_TEST_TARGETS", named.c_str(), 1);
+    EXPECT_EQ(test::TestTargets(), std::vector<std::string>{supported.front()});
+  }
   if (saved) {
     setenv("ATTN_TEST_TARGETS", before.c_str(), 1);
   } else {

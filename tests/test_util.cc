@@ -281,15 +281,26 @@ std::vector<std::string> TestTargets() {
   const std::vector<std::string> supported = SupportedTargets();
   const char* env = std::getenv("ATTN_TEST_TARGETS");
   if (env == nullptr || *env == '\0') return supported;
-  std::vector<std::string> chosen;
+  std::vector<std::string> chosen, removed;
+  bool named = false;  // any name without '-'
   std::stringstream names(env);
   for (std::string name; std::getline(names, name, ',');) {
     if (name.empty()) continue;
-    if (std::find(supported.begin(), supported.end(), name) == supported.end()) {
+    const bool remove = name[0] == '-';
+    if (remove) name.erase(0, 1);
+    named |= !remove;
+    // A target to remove need not run here (the same list serves every CPU).
+    if (remove) {
+      removed.push_back(name);
+    } else if (std::find(supported.begin(), supported.end(), name) == supported.end()) {
       ADD_FAILURE() << "ATTN_TEST_TARGETS names " << name << ", which this CPU does not run";
-      continue;
+    } else {
+      chosen.push_back(name);
     }
-    chosen.push_back(name);
+  }
+  if (!named && !removed.empty()) chosen = supported;  // removals alone: from every target
+  for (const std::string& name : removed) {
+    chosen.erase(std::remove(chosen.begin(), chosen.end(), name), chosen.end());
   }
   if (chosen.empty()) ADD_FAILURE() << "ATTN_TEST_TARGETS=" << env << " leaves no target to test";
   return chosen;

@@ -108,12 +108,14 @@ Variant MakeVariant(const std::string& name, KernelId kernel, int threads, Tiles
 // - auto on 1 and 2 threads.
 std::vector<Variant> KernelVariants(int extra_threads = 0);
 
-// The targets the per-target kernel tests iterate: SupportedTargets(), or
-// those named in the environment variable ATTN_TEST_TARGETS (comma-
-// separated, e.g. "SVE2_128,SVE"), so that a rerun at another SIMD vector
-// length under an emulator (.ci/arm.sh) repeats only the targets whose code
-// depends on it. A name this CPU does not run, or an empty list, is a test
-// failure.
+// The targets the per-target tests iterate: SupportedTargets(), or those
+// named in the environment variable ATTN_TEST_TARGETS (comma-separated,
+// e.g. "SVE2_128,SVE"), so that a rerun at another SIMD vector length
+// under an emulator (.ci/arm.sh) repeats only the targets whose code
+// depends on it; a name with a leading '-' is removed ("-EMU128": every
+// supported target but EMU128, as the ASan run of .ci/reliability.sh
+// takes them). A name to test that this CPU does not run, or an empty
+// list, is a test failure.
 std::vector<std::string> TestTargets();
 
 // The kernel tests' core: the naive kernel's error on `owned` gives the
