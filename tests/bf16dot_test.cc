@@ -129,6 +129,12 @@ std::vector<Shape> Bf16Shapes() {
       // key count; and narrow views with a mask's hidden keys.
       Bf16Shape(8, 2, 1, 301, 50, 40, Causal::kBottomRight),
       Bf16Shape(2, 2, 2, 97, 64, 64, Causal::kNone, true),
+      // GQA decode with d = dv of whole pair vectors: the pair row walk on
+      // AVX3 (narrow-body.h PairNarrowRowWalk) at its default 256-key
+      // tiles, groups of 4 and of 2 (with a mask's hidden keys: its
+      // float32 mix).
+      Bf16Shape(8, 2, 1, 601, 128, 128, Causal::kBottomRight),
+      Bf16Shape(4, 2, 1, 300, 64, 64, Causal::kNone, true),
       Bf16Shape(1, 1, 100, 1, 1, 1, Causal::kNone),             // d = 1, one key
   };
 }

@@ -190,6 +190,83 @@ TEST(NarrowPipeline, EqualsTheTiledWalkBitForBit) {
   }
 }
 
+// All-bf16 GQA groups on a bf16 dot-product path: the pair path's row walk
+// (kernels/bf16dot/narrow-body.h PairNarrowRowWalk: groups of 2 and 4 rows,
+// K and V rows adjacent, d = d_v of 1, 2 or 4 vectors of pairs) against
+// its tiled walk (PairNarrowGroupTile), on every dot path that runs here
+// (the emulations on every target, the instruction where the CPU has it)
+// and every target. Odd tiles (7 and 1 keys) end on a key without a pair;
+// a mask hides keys (the float32 mix of such a tile); groups of 3 and
+// token-major rows keep the tiled walk, and must too. Both walks are held
+// to the float64 bound by bf16dot_test and gqa_test.
+std::vector<Shape> PairShapes() {
+  std::vector<Shape> shapes;
+  uint64_t seed = 101;
+  for (int64_t tk : {1, 2, 3, 37, 300, 1100}) {
+    for (int64_t group : {2, 3, 4}) {
+      for (int64_t d : {64, 128, 32}) {
+        if (d == 32 && tk != 37) continue;
+        Shape s;
+        s.kv_heads = 2;
+        s.q_heads = 2 * group;
+        s.tq = 1;
+        s.tk = tk;
+        s.d = s.dv = d;
+        s.q_type = s.k_type = s.v_type = DType::kBF16;
+        s.seed = seed++;
+        s.causal = Causal::kBottomRight;
+        s.additive_mask = tk == 37 || tk == 1100;
+        s.magnitude = tk == 300 ? 3.0f : 1.0f;
+        shapes.push_back(s);
+      }
+    }
+  }
+  Shape rows;  // 2 causal query rows of one head: the last tile hides a key from row 0
+  rows.tq = 2;
+  rows.tk = 70;
+  rows.d = rows.dv = 64;
+  rows.q_type = rows.k_type = rows.v_type = DType::kBF16;
+  rows.causal = Causal::kBottomRight;
+  rows.seed = seed++;
+  shapes.push_back(rows);
+  Shape token_major;  // [T, kv_heads, d]: rows not adjacent, the tiled walk
+  token_major.kv_heads = 3;
+  token_major.q_heads = 12;
+  token_major.tk = 90;
+  token_major.d = token_major.dv = 64;
+  token_major.q_type = token_major.k_type = token_major.v_type = DType::kBF16;
+  token_major.layout = Layout::kBTHD;
+  token_major.seed = seed++;
+  shapes.push_back(token_major);
+  return shapes;
+}
+
+TEST(NarrowPipeline, PairRowWalkGivesThePairTiledWalksBits) {
+  int compared = 0;
+  for (const Shape& shape : PairShapes()) {
+    SCOPED_TRACE(shape.Name());
+    OwnedProblem o = MakeProblem(shape);
+    for (const std::string& target : TestTargets()) {
+      ForceTarget(target);
+      for (const std::string& path : SupportedDotPaths()) {
+        if (path == "widen") continue;  // no pairs
+        ForceDotPath(path);
+        for (const Variant& v : Variants()) {
+          SCOPED_TRACE(target + " " + path + " " + v.name);
+          const Bits tiled = RunWalk(o, v.options, false);
+          const Bits rows = RunWalk(o, v.options, true);
+          ASSERT_EQ(tiled.out, rows.out);
+          ASSERT_EQ(tiled.lse, rows.lse);
+          ++compared;
+        }
+      }
+      ForceDotPath("auto");
+    }
+    ForceTarget("auto");
+  }
+  EXPECT_GT(compared, 0);
+}
+
 // NaN and infinity in K and V: a NaN score makes the row NaN, an infinite
 // V at a hidden key is never read, as in the tiled walk.
 TEST(NarrowPipeline, NonFiniteInputsGiveTheTiledWalksBits) {

@@ -31,12 +31,14 @@ namespace HWY_NAMESPACE {
 
 namespace emulated {
 using Dot = EmulatedBf16Dot;
+constexpr bool kPairRowWalkLayer = true;  // narrow-body.h: tests the hardware layer's walk
 #include "kernels/bf16dot/narrow-body.h"  // NOLINT: included per layer
 #include "kernels/bf16dot/head-body.h"  // NOLINT: included per layer
 }  // namespace emulated
 
 namespace arm_emulated {
 using Dot = EmulatedArmBfdot;
+constexpr bool kPairRowWalkLayer = false;  // as BFDOT's NEON layer
 #include "kernels/bf16dot/narrow-body.h"  // NOLINT: included per layer
 #include "kernels/bf16dot/head-body.h"  // NOLINT: included per layer
 }  // namespace arm_emulated
@@ -79,6 +81,7 @@ namespace attn {
 namespace HWY_NAMESPACE {
 namespace hardware {
 using Dot = Avx512Bf16Dot;
+constexpr bool kPairRowWalkLayer = true;
 #include "kernels/bf16dot/narrow-body.h"  // NOLINT: included per layer
 #include "kernels/bf16dot/head-body.h"  // NOLINT: included per layer
 }  // namespace hardware
@@ -99,6 +102,7 @@ namespace attn {
 namespace HWY_NAMESPACE {
 namespace arm_hardware {
 using Dot = NeonBfdot;
+constexpr bool kPairRowWalkLayer = false;
 #include "kernels/bf16dot/narrow-body.h"  // NOLINT: included per layer
 #include "kernels/bf16dot/head-body.h"  // NOLINT: included per layer
 }  // namespace arm_hardware

@@ -29,6 +29,11 @@
 // arithmetic is the panel kernel's (docs/precision.md, bf16 dot-product
 // paths): products exact, float32 sums in pairs, P rounded to bf16.
 //
+// GQA groups of 2 or 4 rows with K and V rows adjacent (d = 64 or 128 on
+// AVX3) take a row walk instead of the tiles (PairNarrowRowWalk below: K
+// and V read as two sequential streams, a tile's mix beside the next
+// tile's scores), with the tiles' bits.
+//
 // Memory traffic: the widened narrow path's, K and V read once per view at
 // 2 bytes an element, in place (a paged cache's pages too: a key tile spans
 // pages, TileRun); extra memory R·(d + dv + kv_block) floats
@@ -281,25 +286,19 @@ HWY_INLINE bool PackNarrowWeightPairs(const float* HWY_RESTRICT s, int64_t keys,
   return !hn::AllFalse(du, hidden);
 }
 
-// One tile of keys [j0, j0 + keys) for the R rows [row0, row0 + R):
-// scores, modifiers, mask and causal limits, online softmax, mix. The
-// tile's K and V rows are in `runs` (one, or one per page it meets).
-template <int R>
-HWY_INLINE void PairNarrowGroupTile(const internal::HeadView& h, NarrowScratch& ns,
-                                    Bf16DotScratch& bs, int64_t row0, int64_t j0, int64_t keys,
-                                    int64_t key_end, const std::vector<TileRun>& runs,
-                                    NarrowRowStats* HWY_RESTRICT stats) {
+// The scores of rows [row0, row0 + rows) for the tile's keys [j0, j0 +
+// keys) (in the current score buffer) made weights, as NarrowSoftmaxTile
+// (soft-cap and ALiBi, the mask, the causal limit and the window, then the
+// online-softmax step, which rescales o in PairLayout elementwise), and
+// rounded to bf16 pairs into bs.narrow_p(r - row0); returns whether a valid
+// weight is hidden (-0), which the pair mix cannot skip.
+HWY_INLINE bool PairNarrowWeights(const internal::HeadView& h, NarrowScratch& ns,
+                                  Bf16DotScratch& bs, int64_t row0, int64_t rows, int64_t j0,
+                                  int64_t keys, NarrowRowStats* HWY_RESTRICT stats) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  for (const TileRun& run : runs) {  // scores of each run at its place in the tile
-    ns.SetScoreAt(run.at);
-    PairNarrowScoreTile<R>(h, ns, bs.narrow_q(row0), bs.narrow_q_stride(), row0, run.k, run.v,
-                           run.keys, std::min(run.contiguous, key_end - (j0 + run.at)),
-                           /*prefetch=*/row0 == 0);
-  }
-  ns.SetScoreAt(0);
   const bool modified = h.HasScoreModifiers();
   bool any_hidden = false;
-  for (int64_t r = row0; r < row0 + R; ++r) {
+  for (int64_t r = row0; r < row0 + rows; ++r) {
     float* HWY_RESTRICT s = ns.s(r);
     if (modified) ModifyRow(h, r, j0, keys, s);  // soft-cap, ALiBi
     if (h.mask) {
@@ -312,6 +311,25 @@ HWY_INLINE void PairNarrowGroupTile(const internal::HeadView& h, NarrowScratch& 
     NarrowSoftmaxRow(s, keys, stats[r], ns.o(r), h.dv);
     any_hidden |= PackNarrowWeightPairs(s, keys, bs.narrow_p(r - row0));
   }
+  return any_hidden;
+}
+
+// One tile of keys [j0, j0 + keys) for the R rows [row0, row0 + R):
+// scores, modifiers, mask and causal limits, online softmax, mix. The
+// tile's K and V rows are in `runs` (one, or one per page it meets).
+template <int R>
+HWY_INLINE void PairNarrowGroupTile(const internal::HeadView& h, NarrowScratch& ns,
+                                    Bf16DotScratch& bs, int64_t row0, int64_t j0, int64_t keys,
+                                    int64_t key_end, const std::vector<TileRun>& runs,
+                                    NarrowRowStats* HWY_RESTRICT stats) {
+  for (const TileRun& run : runs) {  // scores of each run at its place in the tile
+    ns.SetScoreAt(run.at);
+    PairNarrowScoreTile<R>(h, ns, bs.narrow_q(row0), bs.narrow_q_stride(), row0, run.k, run.v,
+                           run.keys, std::min(run.contiguous, key_end - (j0 + run.at)),
+                           /*prefetch=*/row0 == 0);
+  }
+  ns.SetScoreAt(0);
+  const bool any_hidden = PairNarrowWeights(h, ns, bs, row0, R, j0, keys, stats);
   if (!any_hidden) {
     PairNarrowMixTile<R>(ns, row0, bs.narrow_p(0), bs.narrow_p_stride(), keys, runs, h.v_stride,
                          h.dv);
@@ -329,15 +347,203 @@ HWY_INLINE void PairNarrowGroupTile(const internal::HeadView& h, NarrowScratch& 
   for (int64_t r = row0; r < row0 + R; ++r) PairLayoutFromColumns(ns.o(r), h.dv, true);
 }
 
+// The pair path's row walk (as the widened path's, narrow_row-inl.h) for
+// a GQA group view of R = 2 or 4 rows whose K and V rows are adjacent in
+// memory (no pages), d = dv of VP = 2 or 4 whole vectors of bf16 pairs (64
+// or 128 on AVX-512): one step mixes tile t's key pairs beside the scores
+// of tile t + 1, a K row and a pair of V rows at a time, so K and V are two
+// sequential streams read once, each row whole, with rows 0 and 1's output
+// accumulators (up to 16 vectors) in registers for the tile; rows 2 and 3
+// are then mixed over the tile's V rows again (from L2). Per score and per
+// output lane the operations of the tiled walk (PairNarrowScoreBlock,
+// PairNarrowMixChunk) in its order, so its bits at equal tiles
+// (tests/narrow_pipeline_test.cc).
+//
+// Measured on AMD EPYC Zen 4 (family 25 model 17, vdpbf16ps), attn-bench
+// streaming and parallel decode Hq 32 Hkv 8 d 128, all-bf16, against the
+// tiled walk, builds alternated twice in one shell: K/V in L3 (T_k 4096)
+// 98-105 GFLOP/s against 76-83; from DRAM (T_k 32768) one thread 57-63
+// against 42-51 (bw_frac 0.48-0.53 against 0.36-0.44), two threads
+// 104-107 against 87-94. From DRAM it stays below the read probe, as the
+// widened group walk does (narrow_row-inl.h).
+//
+// Compile time: only these 4 sizes, on AVX3 (32 registers), in the layers
+// that run there in earnest (bf16dot.cc kPairRowWalkLayer): bf16dot.cc
+// took 123 s against 95 s before (AVX3 and EMU128 targets, g++ 12), where
+// 1, 2 and 4 vectors in every layer and target took 290 s; rows or VP as
+// runtime values (loops to the bound, each step guarded) ran at 0.5 and
+// 0.4 of this speed.
+// qp: the rows' Q pairs (qp_stride words apart); pp: tile t's weight pairs
+// (pp_stride apart); v: tile t's first V row, `keys` keys (0: scores only);
+// k: tile t + 1's first K row, `next_keys` keys, scores into s_next[r].
+template <int VP, int R>
+HWY_INLINE void PairNarrowRowGroupKeys(const internal::HeadView& h,
+                                       const uint32_t* HWY_RESTRICT qp, int64_t qp_stride,
+                                       const uint32_t* HWY_RESTRICT pp, int64_t pp_stride,
+                                       int64_t keys, const uint16_t* HWY_RESTRICT v,
+                                       float* const* HWY_RESTRICT s_next, int64_t next_keys,
+                                       const uint16_t* HWY_RESTRICT k,
+                                       float* const* HWY_RESTRICT o) {
+  static_assert(R == 2 || R == 4, "a group of 2 or 4 rows");
+  constexpr int OV = 2 * VP;
+  const DPairF df;
+  const DPairU du;
+  const hn::Repartition<uint16_t, DPairU> dh;
+  const int64_t N = int64_t(hn::Lanes(du));
+  const int64_t k_stride = h.k_stride, v_stride = h.v_stride;
+  const float scale = h.scale;
+  // Two rows' output accumulators: rows 0 and 1 beside the scores, then
+  // rows 2 and 3.
+  ATTN_VEC_ARRAY2(VPairF, acc, 2, OV);  // vec_array-inl.h
+  for (int r = 0; r < 2; ++r) {
+    for (int n = 0; n < OV; ++n) ATTN_AT2(acc, r, n) = hn::Load(df, o[r] + n * N);
+  }
+  const int64_t steps = std::max((keys + 1) / 2 * 2, next_keys);
+  for (int64_t i = 0; i < steps; i += 2) {
+    for (int64_t j = i; j < std::min(i + 2, next_keys); ++j) {  // K row j, whole
+      ATTN_VEC_ARRAY(VPairF, dot, 4);
+      for (int r = 0; r < 4; ++r) ATTN_AT(dot, r) = hn::Zero(df);
+      const uint32_t* HWY_RESTRICT kr = reinterpret_cast<const uint32_t*>(k + j * k_stride);
+      for (int n = 0; n < VP; ++n) {
+        const VPairU kv = hn::LoadU(du, kr + n * N);
+        for (int r = 0; r < R; ++r) {
+          ATTN_AT(dot, r) =
+              Dot::PairDot(ATTN_AT(dot, r), hn::Load(du, qp + r * qp_stride + n * N), kv);
+        }
+      }
+      float sums[4];
+      SumFourDots(ATTN_AT(dot, 0), ATTN_AT(dot, 1), ATTN_AT(dot, 2), ATTN_AT(dot, 3), R, sums);
+      for (int r = 0; r < R; ++r) s_next[r][j] = sums[r] * scale;
+    }
+    if (i < keys) {  // the pair (i, i + 1); a missing odd key is (last, 0)
+      const int64_t u = i / 2;
+      const uint16_t* HWY_RESTRICT even = v + i * v_stride;
+      const uint16_t* HWY_RESTRICT odd = i + 1 < keys ? even + v_stride : nullptr;
+      for (int ch = 0; ch < VP; ++ch) {
+        const auto a = hn::LoadU(dh, even + ch * 2 * N);
+        const auto b = odd ? hn::LoadU(dh, odd + ch * 2 * N) : hn::Zero(dh);
+        const VPairU lo = hn::BitCast(du, hn::InterleaveLower(dh, a, b));
+        const VPairU hi = hn::BitCast(du, hn::InterleaveUpper(dh, a, b));
+        for (int r = 0; r < 2; ++r) {
+          const VPairU w = hn::Set(du, pp[r * pp_stride + u]);
+          ATTN_AT2(acc, r, 2 * ch) = Dot::PairDot(ATTN_AT2(acc, r, 2 * ch), w, lo);
+          ATTN_AT2(acc, r, 2 * ch + 1) = Dot::PairDot(ATTN_AT2(acc, r, 2 * ch + 1), w, hi);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < 2; ++r) {
+    for (int n = 0; n < OV; ++n) hn::Store(ATTN_AT2(acc, r, n), df, o[r] + n * N);
+  }
+  if (R == 2 || keys == 0) return;  // else rows 2 and 3
+  for (int r = 0; r < 2; ++r) {
+    for (int n = 0; n < OV; ++n) ATTN_AT2(acc, r, n) = hn::Load(df, o[2 + r] + n * N);
+  }
+  for (int64_t i = 0; i < keys; i += 2) {
+    const int64_t u = i / 2;
+    const uint16_t* HWY_RESTRICT even = v + i * v_stride;
+    const uint16_t* HWY_RESTRICT odd = i + 1 < keys ? even + v_stride : nullptr;
+    for (int ch = 0; ch < VP; ++ch) {
+      const auto a = hn::LoadU(dh, even + ch * 2 * N);
+      const auto b = odd ? hn::LoadU(dh, odd + ch * 2 * N) : hn::Zero(dh);
+      const VPairU lo = hn::BitCast(du, hn::InterleaveLower(dh, a, b));
+      const VPairU hi = hn::BitCast(du, hn::InterleaveUpper(dh, a, b));
+      for (int r = 0; r < 2; ++r) {
+        const VPairU w = hn::Set(du, pp[(2 + r) * pp_stride + u]);
+        ATTN_AT2(acc, r, 2 * ch) = Dot::PairDot(ATTN_AT2(acc, r, 2 * ch), w, lo);
+        ATTN_AT2(acc, r, 2 * ch + 1) = Dot::PairDot(ATTN_AT2(acc, r, 2 * ch + 1), w, hi);
+      }
+    }
+  }
+  for (int r = 0; r < 2; ++r) {
+    for (int n = 0; n < OV; ++n) hn::Store(ATTN_AT2(acc, r, n), df, o[2 + r] + n * N);
+  }
+}
+
+// Whether PairNarrowHead takes the row walk (PairNarrowRowWalk) for view h:
+// 2 or 4 rows (a GQA group), K and V rows adjacent in memory with no pages
+// (paged and token-major views keep the tiled walk, which requests K and V
+// ahead: the widened row walk ran slower on them, narrow-inl.h
+// NarrowRowWalks), d = dv of 2 or 4 whole vectors of pairs, on AVX3, in
+// the layers that say so (bf16dot.cc kPairRowWalkLayer: vdpbf16ps and its
+// emulation).
+constexpr bool kPairRowWalkCompiled = HWY_TARGET == HWY_AVX3 && kPairRowWalkLayer;
+HWY_INLINE bool PairNarrowRowWalks(const internal::HeadView& h) {
+  const int64_t width = 2 * int64_t(hn::Lanes(DPairU()));
+  const int64_t vp = h.d / width;
+  return kPairRowWalkCompiled &&
+         internal::NarrowPipelineAllowed().load(std::memory_order_relaxed) &&
+         h.spans == nullptr && (h.tq == 2 || h.tq == 4) && h.d == h.dv && h.d % width == 0 &&
+         (vp == 2 || vp == 4) && h.k_stride == h.d && h.v_stride == h.dv;
+}
+
+// The row walk over a view's key tiles of kv_block keys (PairNarrowRowWalks
+// admits it; q pairs, o and the softmax state set up by PairNarrowHead):
+// the first tile's scores alone, then each tile's weights and a step
+// (PairNarrowRowGroupKeys) mixing it beside the next tile's scores. A tile
+// where some row has a hidden weight takes the float32 mix instead, after
+// a scores-only step, as the tiled walk (PairNarrowGroupTile) does.
+template <int VP, int R>
+HWY_INLINE void PairNarrowRowWalk(const internal::HeadView& h, int64_t kv_block,
+                                  NarrowScratch& ns, Bf16DotScratch& bs) {
+  NarrowRowStats* HWY_RESTRICT stats = ns.stats();
+  const int64_t key_end = h.VisibleEnd(R - 1);
+  int64_t j0 = h.KeyBegin(0);
+  if (j0 >= key_end) return;
+  float* o[R];
+  float* s[2][R];
+  for (int r = 0; r < R; ++r) {
+    o[r] = ns.o(r);
+    for (int b = 0; b < 2; ++b) {
+      ns.SetScoreBuffer(b);
+      s[b][r] = ns.s(r);
+    }
+  }
+  const uint32_t* HWY_RESTRICT qp = bs.narrow_q(0);
+  const int64_t qp_stride = bs.narrow_q_stride();
+  const uint32_t* HWY_RESTRICT pp = bs.narrow_p(0);
+  const int64_t pp_stride = bs.narrow_p_stride();
+  auto k_row = [&](int64_t j) { return static_cast<const uint16_t*>(h.KRow(j)); };
+  auto v_row = [&](int64_t j) { return static_cast<const uint16_t*>(h.VRow(j)); };
+  int64_t keys = std::min(kv_block, key_end - j0), cur = 0;
+  PairNarrowRowGroupKeys<VP, R>(h, qp, qp_stride, pp, pp_stride, 0, nullptr, s[cur], keys,
+                                k_row(j0), o);
+  ns.SetScoreBuffer(cur);
+  bool hidden = PairNarrowWeights(h, ns, bs, 0, R, j0, keys, stats);
+  for (;;) {
+    const int64_t next_j0 = j0 + keys, next_keys = std::min(kv_block, key_end - next_j0);
+    const uint16_t* HWY_RESTRICT next_k = next_keys > 0 ? k_row(next_j0) : nullptr;
+    PairNarrowRowGroupKeys<VP, R>(h, qp, qp_stride, pp, pp_stride, hidden ? 0 : keys,
+                                  v_row(j0), s[1 - cur], next_keys, next_k, o);
+    if (hidden) {  // the float32 mix, which skips hidden keys
+      ns.SetScoreBuffer(cur);
+      const auto* HWY_RESTRICT v = reinterpret_cast<const hwy::bfloat16_t*>(v_row(j0));
+      for (int r = 0; r < R; ++r) PairLayoutFromColumns(o[r], h.dv, false);
+      NarrowMixTile<R>(ns, 0, keys, v, h.v_stride, h.dv);
+      for (int r = 0; r < R; ++r) PairLayoutFromColumns(o[r], h.dv, true);
+    }
+    if (next_keys == 0) break;
+    cur = 1 - cur;
+    j0 = next_j0;
+    keys = next_keys;
+    ns.SetScoreBuffer(cur);
+    hidden = PairNarrowWeights(h, ns, bs, 0, R, j0, keys, stats);
+  }
+  ns.SetScoreBuffer(0);
+}
+
 // Views of up to NarrowMaxRows() rows of an all-bf16 problem: normalised
 // output and lse, as NarrowHead.
 HWY_INLINE void PairNarrowHead(const internal::HeadView& h, const Tiles& tiles,
                                Bf16DotScratch& bs) {
   NarrowScratch& ns = bs.narrow();
   const int64_t rows = h.tq;
-  // The widened path's L1 rule for the V tile, at 2 bytes an element.
+  // The widened path's L1 rule for the V tile, at 2 bytes an element; the
+  // row walk reads each V row once and takes its longer tiles.
+  const bool row_walk = PairNarrowRowWalks(h);
   const int64_t l1_keys = std::max<int64_t>(8, (16 * 1024) / (2 * std::max<int64_t>(1, h.dv)));
-  const int64_t kv_block = std::max<int64_t>(1, std::min<int64_t>(tiles.kv_block, l1_keys));
+  const int64_t kv_block = std::max<int64_t>(
+      1, std::min<int64_t>(tiles.kv_block, row_walk ? kNarrowRowTileKeys : l1_keys));
   ns.Reserve(rows, h.d, kv_block, h.dv);
   bs.ReserveNarrow(rows, h.d, kv_block);
   NarrowRowStats* HWY_RESTRICT stats = ns.stats();
@@ -356,7 +562,16 @@ HWY_INLINE void PairNarrowHead(const internal::HeadView& h, const Tiles& tiles,
   const int64_t key_end = h.VisibleEnd(rows - 1);
   int64_t hint = 0;
   std::vector<TileRun>& runs = *bs.runs();
-  for (int64_t j0 = h.KeyBegin(0); j0 < key_end; j0 += kv_block) {
+  if constexpr (kPairRowWalkCompiled) {
+    if (row_walk) {
+      const bool four = h.d == 4 * 2 * int64_t(hn::Lanes(DPairU()));
+      if (four && rows == 4) PairNarrowRowWalk<4, 4>(h, kv_block, ns, bs);
+      if (four && rows == 2) PairNarrowRowWalk<4, 2>(h, kv_block, ns, bs);
+      if (!four && rows == 4) PairNarrowRowWalk<2, 4>(h, kv_block, ns, bs);
+      if (!four && rows == 2) PairNarrowRowWalk<2, 2>(h, kv_block, ns, bs);
+    }
+  }
+  for (int64_t j0 = h.KeyBegin(0); !row_walk && j0 < key_end; j0 += kv_block) {
     const int64_t keys = std::min(kv_block, key_end - j0);
     // The tile's K and V rows, read in place: one run of contiguous keys,
     // or one per page it meets (TileRun).
