@@ -3,7 +3,7 @@
 # kernel. Not run by .ci/run (each builds the library once more); see
 # docs/reliability.md.
 #
-#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|stepped] [--keep]  (default: tail)
+#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|stepped|pairrow] [--keep]  (default: tail)
 #
 # tail    .ci/planted/tail-off-by-one.patch (issue 7): the tail block of
 #         ForEachRowBlock (kernels/common/microkernels-inl.h) gets one row
@@ -100,6 +100,14 @@
 #         one later. Release build; tests/paged_test (token-major pages,
 #         groups of 2 rows, against the float64 bound on every variant and
 #         target) must fail.
+# pairrow .ci/planted/pair-row-weights-swapped.patch (issue 24): the bf16
+#         dot path's row walk for all-bf16 GQA decode (PairNarrowRowGroupKeys,
+#         kernels/bf16dot/narrow-body.h) mixes rows 2 and 3 with the weight
+#         pairs of rows 0 and 1. Release build; tests/bf16dot_test
+#         (Bf16DotKernels, every dot path and target against the float64
+#         bound) must fail on its 4-row decode shape (d = 128). The walk is
+#         compiled for AVX3 only, so only an AVX-512 CPU runs it (elsewhere:
+#         exit 1).
 #
 # Each: copies the committed tree (git archive HEAD) to a temporary
 # directory, applies the patch there (never to the tree), builds the one
@@ -115,8 +123,8 @@ keep=0
 for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
-    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|stepped) case=$arg ;;
-    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|stepped] [--keep]" >&2; exit 2 ;;
+    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|stepped|pairrow) case=$arg ;;
+    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|stepped|pairrow] [--keep]" >&2; exit 2 ;;
   esac
 done
 configure=(-DCMAKE_BUILD_TYPE=Release)  # the README's build, unless the case says otherwise
@@ -146,6 +154,7 @@ case "$case" in
   rowwalk) patch=.ci/planted/row-walk-weight-shifted.patch test=kernels_test filter='Shapes/KernelsTest.*' ;;
   rowgroup) patch=.ci/planted/row-group-weights-swapped.patch test=gqa_test filter='Gqa.*' ;;
   stepped) patch=.ci/planted/stepped-group-weight-shifted.patch test=paged_test filter='*' ;;
+  pairrow) patch=.ci/planted/pair-row-weights-swapped.patch test=bf16dot_test filter='Shapes/Bf16DotKernels.*' ;;
   arm)
     patch=.ci/planted/fp16-sign-dropped.patch test=dtype_test filter='*'
     # Relative: cmake finds it in the copied source tree.
