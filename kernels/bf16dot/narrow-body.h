@@ -362,7 +362,7 @@ HWY_INLINE void PairNarrowGroupTile(const internal::HeadView& h, NarrowScratch& 
 // Measured on AMD EPYC Zen 4 (family 25 model 17, vdpbf16ps), attn-bench
 // streaming and parallel decode Hq 32 Hkv 8 d 128, all-bf16, against the
 // tiled walk, builds alternated twice in one shell: K/V in L3 (T_k 4096)
-// 98-105 GFLOP/s against 76-83; from DRAM (T_k 32768) one thread 57-63
+// 87-103 GFLOP/s against 66-83; from DRAM (T_k 32768) one thread 57-63
 // against 42-51 (bw_frac 0.48-0.53 against 0.36-0.44), two threads
 // 104-107 against 87-94. From DRAM it stays below the read probe, as the
 // widened group walk does (narrow_row-inl.h).

@@ -52,6 +52,13 @@
 // threads 28.6-28.9 against 18.6-19.9 (0.85 against 0.62); bf16 and f16
 // unchanged (12.1-13.4 against 11.5-12.6: bound by the FMAs, see
 // narrow-inl.h), so they take it as well.
+// Tried for the group walk on the same VM and not kept (Hq 32 Hkv 8, T_k
+// 4096 and 32768, d = 128, alternated against this walk): scoring two keys
+// per load of each q vector, halving the walk's largest stream of loads
+// (rows 0-1 still mixed beside the scores), float32 0.41-0.58 of the probe
+// against 0.52-0.70, bf16 0.38-0.49 against 0.40-0.58; software prefetch
+// (T0) of the K and V rows 4, 16 or 64 keys ahead, float32 0.47-0.51
+// against 0.53-0.59, bf16 0.41-0.45 against 0.42-0.43.
 #if defined(ATTN_KERNELS_STREAMING_NARROW_ROW_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_KERNELS_STREAMING_NARROW_ROW_INL_H_
 #undef ATTN_KERNELS_STREAMING_NARROW_ROW_INL_H_
