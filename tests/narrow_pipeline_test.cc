@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -173,19 +174,28 @@ std::vector<Variant> Variants() {
           MakeVariant("parallel/t2/kv7", KernelId::kParallel, 2, ragged)};
 }
 
+// Each variant's tiled walk and its pipelined or row walk give the same
+// bits on problem o (at the target and dot path in force); `also` checks
+// the outputs further after each variant.
+void ExpectWalksAgree(OwnedProblem& o, const std::string& where,
+                      const std::function<void()>& also = [] {}) {
+  for (const Variant& v : Variants()) {
+    SCOPED_TRACE(where + " " + v.name);
+    const Bits tiled = RunWalk(o, v.options, false);
+    const Bits pipelined = RunWalk(o, v.options, true);
+    ASSERT_EQ(tiled.out, pipelined.out);
+    ASSERT_EQ(tiled.lse, pipelined.lse);
+    also();
+  }
+}
+
 TEST(NarrowPipeline, EqualsTheTiledWalkBitForBit) {
   for (const Shape& shape : DecodeShapes()) {
     SCOPED_TRACE(shape.Name());
     OwnedProblem o = MakeProblem(shape);
     for (const std::string& target : TestTargets()) {
       ForceTarget(target);
-      for (const Variant& v : Variants()) {
-        SCOPED_TRACE(target + " " + v.name);
-        const Bits tiled = RunWalk(o, v.options, false);
-        const Bits pipelined = RunWalk(o, v.options, true);
-        ASSERT_EQ(tiled.out, pipelined.out);
-        ASSERT_EQ(tiled.lse, pipelined.lse);
-      }
+      ExpectWalksAgree(o, target);
     }
     ForceTarget("auto");
   }
@@ -203,41 +213,34 @@ TEST(NarrowPipeline, EqualsTheTiledWalkBitForBit) {
 std::vector<Shape> PairShapes() {
   std::vector<Shape> shapes;
   uint64_t seed = 101;
+  // An all-bf16 shape of kv_heads x group query heads, tq rows each.
+  auto bf16 = [&](int64_t kv_heads, int64_t group, int64_t tq, int64_t tk, int64_t d) {
+    Shape s;
+    s.kv_heads = kv_heads;
+    s.q_heads = kv_heads * group;
+    s.tq = tq;
+    s.tk = tk;
+    s.d = s.dv = d;
+    s.q_type = s.k_type = s.v_type = DType::kBF16;
+    s.causal = Causal::kBottomRight;
+    s.seed = seed++;
+    return s;
+  };
   for (int64_t tk : {1, 2, 3, 37, 300, 1100}) {
     for (int64_t group : {2, 3, 4}) {
       for (int64_t d : {64, 128, 32}) {
         if (d == 32 && tk != 37) continue;
-        Shape s;
-        s.kv_heads = 2;
-        s.q_heads = 2 * group;
-        s.tq = 1;
-        s.tk = tk;
-        s.d = s.dv = d;
-        s.q_type = s.k_type = s.v_type = DType::kBF16;
-        s.seed = seed++;
-        s.causal = Causal::kBottomRight;
+        Shape s = bf16(2, group, 1, tk, d);
         s.additive_mask = tk == 37 || tk == 1100;
         s.magnitude = tk == 300 ? 3.0f : 1.0f;
         shapes.push_back(s);
       }
     }
   }
-  Shape rows;  // 2 causal query rows of one head: the last tile hides a key from row 0
-  rows.tq = 2;
-  rows.tk = 70;
-  rows.d = rows.dv = 64;
-  rows.q_type = rows.k_type = rows.v_type = DType::kBF16;
-  rows.causal = Causal::kBottomRight;
-  rows.seed = seed++;
-  shapes.push_back(rows);
-  Shape token_major;  // [T, kv_heads, d]: rows not adjacent, the tiled walk
-  token_major.kv_heads = 3;
-  token_major.q_heads = 12;
-  token_major.tk = 90;
-  token_major.d = token_major.dv = 64;
-  token_major.q_type = token_major.k_type = token_major.v_type = DType::kBF16;
+  // 2 causal query rows of one head: the last tile hides a key from row 0.
+  shapes.push_back(bf16(1, 1, 2, 70, 64));
+  Shape token_major = bf16(3, 4, 1, 90, 64);  // [T, kv_heads, d]: the tiled walk
   token_major.layout = Layout::kBTHD;
-  token_major.seed = seed++;
   shapes.push_back(token_major);
   return shapes;
 }
@@ -257,14 +260,8 @@ TEST(NarrowPipeline, PairRowWalkGivesThePairTiledWalksBits) {
     for (const std::string& path : SupportedDotPaths()) {
       if (path == "widen") continue;  // no pairs
       ForceDotPath(path);
-      for (const Variant& v : Variants()) {
-        SCOPED_TRACE(path + " " + v.name);
-        const Bits tiled = RunWalk(o, v.options, false);
-        const Bits rows = RunWalk(o, v.options, true);
-        ASSERT_EQ(tiled.out, rows.out);
-        ASSERT_EQ(tiled.lse, rows.lse);
-        ++compared;
-      }
+      ExpectWalksAgree(o, path);
+      ++compared;
     }
     ForceDotPath("auto");
     ForceTarget("auto");
@@ -290,15 +287,10 @@ TEST(NarrowPipeline, NonFiniteInputsGiveTheTiledWalksBits) {
   o.mask[70] = -inf;  // one mask row, broadcast over the heads
   for (const std::string& target : TestTargets()) {
     ForceTarget(target);
-    for (const Variant& v : Variants()) {
-      SCOPED_TRACE(target + " " + v.name);
-      const Bits tiled = RunWalk(o, v.options, false);
-      const Bits pipelined = RunWalk(o, v.options, true);
-      ASSERT_EQ(tiled.out, pipelined.out);
-      ASSERT_EQ(tiled.lse, pipelined.lse);
-      EXPECT_TRUE(std::isnan(o.out[0]));              // head 0 saw the NaN
-      EXPECT_TRUE(std::isfinite(o.out[s.dv + 5]));    // head 1 never read the inf
-    }
+    ExpectWalksAgree(o, target, [&] {
+      EXPECT_TRUE(std::isnan(o.out[0]));            // head 0 saw the NaN
+      EXPECT_TRUE(std::isfinite(o.out[s.dv + 5]));  // head 1 never read the inf
+    });
   }
   ForceTarget("auto");
 }

@@ -376,6 +376,32 @@ HWY_INLINE void PairNarrowGroupTile(const internal::HeadView& h, NarrowScratch& 
 // qp: the rows' Q pairs (qp_stride words apart); pp: tile t's weight pairs
 // (pp_stride apart); v: tile t's first V row, `keys` keys (0: scores only);
 // k: tile t + 1's first K row, `next_keys` keys, scores into s_next[r].
+// The row walk's mix of one pair of V rows (even, and odd or null for a
+// tile's last key without a pair) into two rows' accumulators acc (2 x
+// 2·VP vectors in PairLayout, row major) with their weight pairs w[0], w[1]:
+// the operations of PairNarrowMixChunk for that pair, per lane in its order.
+template <int VP>
+HWY_INLINE void PairNarrowRowMixPair(const uint16_t* HWY_RESTRICT even,
+                                     const uint16_t* HWY_RESTRICT odd,
+                                     const uint32_t* HWY_RESTRICT w,
+                                     ATTN_VEC_ARRAY_PARAM(VPairF, acc)) {
+  const DPairU du;
+  const hn::Repartition<uint16_t, DPairU> dh;
+  const int64_t N = int64_t(hn::Lanes(du));
+  constexpr int OV = 2 * VP;
+  for (int ch = 0; ch < VP; ++ch) {
+    const auto a = hn::LoadU(dh, even + ch * 2 * N);
+    const auto b = odd ? hn::LoadU(dh, odd + ch * 2 * N) : hn::Zero(dh);
+    const VPairU lo = hn::BitCast(du, hn::InterleaveLower(dh, a, b));
+    const VPairU hi = hn::BitCast(du, hn::InterleaveUpper(dh, a, b));
+    for (int r = 0; r < 2; ++r) {
+      const VPairU wr = hn::Set(du, w[r]);
+      ATTN_AT(acc, r * OV + 2 * ch) = Dot::PairDot(ATTN_AT(acc, r * OV + 2 * ch), wr, lo);
+      ATTN_AT(acc, r * OV + 2 * ch + 1) = Dot::PairDot(ATTN_AT(acc, r * OV + 2 * ch + 1), wr, hi);
+    }
+  }
+}
+
 template <int VP, int R>
 HWY_INLINE void PairNarrowRowGroupKeys(const internal::HeadView& h,
                                        const uint32_t* HWY_RESTRICT qp, int64_t qp_stride,
@@ -388,15 +414,14 @@ HWY_INLINE void PairNarrowRowGroupKeys(const internal::HeadView& h,
   constexpr int OV = 2 * VP;
   const DPairF df;
   const DPairU du;
-  const hn::Repartition<uint16_t, DPairU> dh;
   const int64_t N = int64_t(hn::Lanes(du));
   const int64_t k_stride = h.k_stride, v_stride = h.v_stride;
   const float scale = h.scale;
   // Two rows' output accumulators: rows 0 and 1 beside the scores, then
   // rows 2 and 3.
-  ATTN_VEC_ARRAY2(VPairF, acc, 2, OV);  // vec_array-inl.h
+  ATTN_VEC_ARRAY(VPairF, acc, 2 * OV);  // vec_array-inl.h; row r at r·OV
   for (int r = 0; r < 2; ++r) {
-    for (int n = 0; n < OV; ++n) ATTN_AT2(acc, r, n) = hn::Load(df, o[r] + n * N);
+    for (int n = 0; n < OV; ++n) ATTN_AT(acc, r * OV + n) = hn::Load(df, o[r] + n * N);
   }
   const int64_t steps = std::max((keys + 1) / 2 * 2, next_keys);
   for (int64_t i = 0; i < steps; i += 2) {
@@ -416,47 +441,25 @@ HWY_INLINE void PairNarrowRowGroupKeys(const internal::HeadView& h,
       for (int r = 0; r < R; ++r) s_next[r][j] = sums[r] * scale;
     }
     if (i < keys) {  // the pair (i, i + 1); a missing odd key is (last, 0)
-      const int64_t u = i / 2;
       const uint16_t* HWY_RESTRICT even = v + i * v_stride;
-      const uint16_t* HWY_RESTRICT odd = i + 1 < keys ? even + v_stride : nullptr;
-      for (int ch = 0; ch < VP; ++ch) {
-        const auto a = hn::LoadU(dh, even + ch * 2 * N);
-        const auto b = odd ? hn::LoadU(dh, odd + ch * 2 * N) : hn::Zero(dh);
-        const VPairU lo = hn::BitCast(du, hn::InterleaveLower(dh, a, b));
-        const VPairU hi = hn::BitCast(du, hn::InterleaveUpper(dh, a, b));
-        for (int r = 0; r < 2; ++r) {
-          const VPairU w = hn::Set(du, pp[r * pp_stride + u]);
-          ATTN_AT2(acc, r, 2 * ch) = Dot::PairDot(ATTN_AT2(acc, r, 2 * ch), w, lo);
-          ATTN_AT2(acc, r, 2 * ch + 1) = Dot::PairDot(ATTN_AT2(acc, r, 2 * ch + 1), w, hi);
-        }
-      }
+      const uint32_t w[2] = {pp[i / 2], pp[pp_stride + i / 2]};
+      PairNarrowRowMixPair<VP>(even, i + 1 < keys ? even + v_stride : nullptr, w, acc);
     }
   }
   for (int r = 0; r < 2; ++r) {
-    for (int n = 0; n < OV; ++n) hn::Store(ATTN_AT2(acc, r, n), df, o[r] + n * N);
+    for (int n = 0; n < OV; ++n) hn::Store(ATTN_AT(acc, r * OV + n), df, o[r] + n * N);
   }
   if (R == 2 || keys == 0) return;  // else rows 2 and 3
   for (int r = 0; r < 2; ++r) {
-    for (int n = 0; n < OV; ++n) ATTN_AT2(acc, r, n) = hn::Load(df, o[2 + r] + n * N);
+    for (int n = 0; n < OV; ++n) ATTN_AT(acc, r * OV + n) = hn::Load(df, o[2 + r] + n * N);
   }
   for (int64_t i = 0; i < keys; i += 2) {
-    const int64_t u = i / 2;
     const uint16_t* HWY_RESTRICT even = v + i * v_stride;
-    const uint16_t* HWY_RESTRICT odd = i + 1 < keys ? even + v_stride : nullptr;
-    for (int ch = 0; ch < VP; ++ch) {
-      const auto a = hn::LoadU(dh, even + ch * 2 * N);
-      const auto b = odd ? hn::LoadU(dh, odd + ch * 2 * N) : hn::Zero(dh);
-      const VPairU lo = hn::BitCast(du, hn::InterleaveLower(dh, a, b));
-      const VPairU hi = hn::BitCast(du, hn::InterleaveUpper(dh, a, b));
-      for (int r = 0; r < 2; ++r) {
-        const VPairU w = hn::Set(du, pp[(2 + r) * pp_stride + u]);
-        ATTN_AT2(acc, r, 2 * ch) = Dot::PairDot(ATTN_AT2(acc, r, 2 * ch), w, lo);
-        ATTN_AT2(acc, r, 2 * ch + 1) = Dot::PairDot(ATTN_AT2(acc, r, 2 * ch + 1), w, hi);
-      }
-    }
+    const uint32_t w[2] = {pp[2 * pp_stride + i / 2], pp[3 * pp_stride + i / 2]};
+    PairNarrowRowMixPair<VP>(even, i + 1 < keys ? even + v_stride : nullptr, w, acc);
   }
   for (int r = 0; r < 2; ++r) {
-    for (int n = 0; n < OV; ++n) hn::Store(ATTN_AT2(acc, r, n), df, o[2 + r] + n * N);
+    for (int n = 0; n < OV; ++n) hn::Store(ATTN_AT(acc, r * OV + n), df, o[2 + r] + n * N);
   }
 }
 
