@@ -66,10 +66,11 @@
 #         applies each K block's scale to the row's next block. Release
 #         build; tests/q8_test (Q8Kernels, every target) must fail on the
 #         decode shapes with d >= 64.
-# heads   .ci/planted/heads-v-offset-dropped.patch (issue 26): the streaming
-#         kernel's span entry point (kernels/streaming/streaming.cc) gives
-#         every kv head's view kv head 0's V rows of each page, so token-
-#         major pages, whose kv heads run in one call, mix the wrong heads.
+# heads   .ci/planted/heads-v-offset-dropped.patch (issue 26): the span
+#         entry points' views (WithSpans, kernels/kernel.cc: the streaming,
+#         bf16 dot-product and AMX kernels) give every kv head's view kv
+#         head 0's V rows of each page, so token-major pages, whose kv
+#         heads run in one call, mix the wrong heads.
 #         Release build; tests/paged_test (float64 bound on every variant
 #         and target, and the token-major / head-major bits) must fail.
 # diag    .ci/planted/diag-shift-dropped.patch (issue 26): the serving
