@@ -131,9 +131,10 @@ std::vector<Shape> Bf16Shapes() {
       Bf16Shape(2, 2, 2, 97, 64, 64, Causal::kNone, true),
       // GQA decode with d = dv of whole pair vectors: the pair row walk on
       // AVX3 (narrow-body.h PairNarrowRowWalk) at its default 256-key
-      // tiles, groups of 4 and of 2 (with a mask's hidden keys: its
-      // float32 mix).
+      // tiles, groups of 4, of 8 and of 2 (with a mask's hidden keys:
+      // its float32 mix).
       Bf16Shape(8, 2, 1, 601, 128, 128, Causal::kBottomRight),
+      Bf16Shape(16, 2, 1, 333, 128, 128, Causal::kBottomRight),  // groups of 8
       Bf16Shape(4, 2, 1, 300, 64, 64, Causal::kNone, true),
       Bf16Shape(1, 1, 100, 1, 1, 1, Causal::kNone),             // d = 1, one key
   };

@@ -202,14 +202,16 @@ TEST(NarrowPipeline, EqualsTheTiledWalkBitForBit) {
 }
 
 // All-bf16 GQA groups on a bf16 dot-product path: the pair path's row walk
-// (kernels/bf16dot/narrow-body.h PairNarrowRowWalk: groups of 2 and 4 rows,
-// K and V rows adjacent, d = d_v of 1, 2 or 4 vectors of pairs) against
-// its tiled walk (PairNarrowGroupTile), on every dot path that runs here
-// (the emulations, the instruction where the CPU has it) at the AVX3
-// target, the only one it is compiled for. Odd tiles (7 and 1 keys) end on a key without a pair;
-// a mask hides keys (the float32 mix of such a tile); groups of 3 and
-// token-major rows keep the tiled walk, and must too. Both walks are held
-// to the float64 bound by bf16dot_test and gqa_test.
+// (kernels/bf16dot/narrow-body.h PairNarrowRowWalk: groups of 2, 4 and 8
+// rows, 8 only where no row can hide a key from another; K and V rows
+// adjacent; d = d_v of 2 or 4 vectors of pairs) against its tiled walk
+// (PairNarrowGroupTile), on every dot path that runs here (the emulations,
+// the instruction where the CPU has it) at the AVX3 target, the only one it
+// is compiled for. Odd tiles (7 and 1 keys) end on a key without a pair; a
+// mask hides keys (the float32 mix of such a tile); groups of 3, masked
+// groups of 8, d = 32 and token-major rows keep the tiled walk, and must
+// give its bits too. The row walk's default tiles are held to the float64
+// bound by bf16dot_test.
 std::vector<Shape> PairShapes() {
   std::vector<Shape> shapes;
   uint64_t seed = 101;
@@ -227,7 +229,7 @@ std::vector<Shape> PairShapes() {
     return s;
   };
   for (int64_t tk : {1, 2, 3, 37, 300, 1100}) {
-    for (int64_t group : {2, 3, 4}) {
+    for (int64_t group : {2, 3, 4, 8}) {
       for (int64_t d : {64, 128, 32}) {
         if (d == 32 && tk != 37) continue;
         Shape s = bf16(2, group, 1, tk, d);

@@ -29,8 +29,8 @@
 // arithmetic is the panel kernel's (docs/precision.md, bf16 dot-product
 // paths): products exact, float32 sums in pairs, P rounded to bf16.
 //
-// GQA groups of 2 or 4 rows with K and V rows adjacent (d = 64 or 128 on
-// AVX3) take a row walk instead of the tiles (PairNarrowRowWalk below: K
+// GQA groups of 2, 4 or 8 rows with K and V rows adjacent (d = 64 or 128
+// on AVX3) take a row walk instead of the tiles (PairNarrowRowWalk below: K
 // and V read as two sequential streams, a tile's mix beside the next
 // tile's scores), with the tiles' bits.
 //
@@ -348,13 +348,14 @@ HWY_INLINE void PairNarrowGroupTile(const internal::HeadView& h, NarrowScratch& 
 }
 
 // The pair path's row walk (as the widened path's, narrow_row-inl.h) for
-// a GQA group view of R = 2 or 4 rows whose K and V rows are adjacent in
-// memory (no pages), d = dv of VP = 2 or 4 whole vectors of bf16 pairs (64
-// or 128 on AVX-512): one step mixes tile t's key pairs beside the scores
-// of tile t + 1, a K row and a pair of V rows at a time, so K and V are two
-// sequential streams read once, each row whole, with rows 0 and 1's output
-// accumulators (up to 16 vectors) in registers for the tile; rows 2 and 3
-// are then mixed over the tile's V rows again (from L2). Per score and per
+// a GQA group view of R = 2, 4 or 8 rows whose K and V rows are adjacent
+// in memory (no pages), d = dv of VP = 2 or 4 whole vectors of bf16 pairs
+// (64 or 128 on AVX-512): one step mixes tile t's key pairs beside the
+// scores of tile t + 1, a K row and a pair of V rows at a time, so K and V
+// are two sequential streams read once, each row whole, with rows 0 and
+// 1's output accumulators (up to 16 vectors) in registers for the tile;
+// the other rows are then mixed two at a time over the tile's V rows again
+// (from L2). Per score and per
 // output lane the operations of the tiled walk (PairNarrowScoreBlock,
 // PairNarrowMixChunk) in its order, so its bits at equal tiles
 // (tests/narrow_pipeline_test.cc).
@@ -367,12 +368,18 @@ HWY_INLINE void PairNarrowGroupTile(const internal::HeadView& h, NarrowScratch& 
 // 104-107 against 87-94. From DRAM it stays below the read probe, as the
 // widened group walk does (narrow_row-inl.h).
 //
-// Compile time: only these 4 sizes, on AVX3 (32 registers), in the layers
-// that run there in earnest (bf16dot.cc kPairRowWalkLayer): bf16dot.cc
-// took 123 s against 95 s before (AVX3 and EMU128 targets, g++ 12), where
-// 1, 2 and 4 vectors in every layer and target took 290 s; rows or VP as
-// runtime values (loops to the bound, each step guarded) ran at 0.5 and
-// 0.4 of this speed.
+// Groups of 8 (a standalone loop alternating this walk and the tiled one
+// in one process, Hq 64 Hkv 8, d 128, same VM): 1.20-1.21x the tiled
+// walk's speed from DRAM at one thread, 1.11-1.24x at two, 1.06-1.16x from
+// L3 (T_k 4096).
+//
+// Compile time: only these 6 sizes (VP 2 or 4, R 2, 4 or 8), on AVX3 (32
+// registers), in the layers that run there in earnest (bf16dot.cc
+// kPairRowWalkLayer): bf16dot.cc took 136 s against 95 s without the walk
+// (AVX3 and EMU128 targets, g++ 12), where 1, 2 and 4 vectors with 2 or 4
+// rows in every layer and target took 290 s; rows or VP as runtime values
+// (loops to the bound, each step guarded) ran at 0.5 and 0.4 of the
+// templated walk's speed.
 // qp: the rows' Q pairs (qp_stride words apart); pp: tile t's weight pairs
 // (pp_stride apart); v: tile t's first V row, `keys` keys (0: scores only);
 // k: tile t + 1's first K row, `next_keys` keys, scores into s_next[r].
@@ -410,7 +417,7 @@ HWY_INLINE void PairNarrowRowGroupKeys(const internal::HeadView& h,
                                        float* const* HWY_RESTRICT s_next, int64_t next_keys,
                                        const uint16_t* HWY_RESTRICT k,
                                        float* const* HWY_RESTRICT o) {
-  static_assert(R == 2 || R == 4, "a group of 2 or 4 rows");
+  static_assert(R == 2 || R == 4 || R == 8, "a group of 2, 4 or 8 rows");
   constexpr int OV = 2 * VP;
   const DPairF df;
   const DPairU du;
@@ -418,7 +425,7 @@ HWY_INLINE void PairNarrowRowGroupKeys(const internal::HeadView& h,
   const int64_t k_stride = h.k_stride, v_stride = h.v_stride;
   const float scale = h.scale;
   // Two rows' output accumulators: rows 0 and 1 beside the scores, then
-  // rows 2 and 3.
+  // the others two at a time.
   ATTN_VEC_ARRAY(VPairF, acc, 2 * OV);  // vec_array-inl.h; row r at r·OV
   for (int r = 0; r < 2; ++r) {
     for (int n = 0; n < OV; ++n) ATTN_AT(acc, r * OV + n) = hn::Load(df, o[r] + n * N);
@@ -426,8 +433,9 @@ HWY_INLINE void PairNarrowRowGroupKeys(const internal::HeadView& h,
   const int64_t steps = std::max((keys + 1) / 2 * 2, next_keys);
   for (int64_t i = 0; i < steps; i += 2) {
     for (int64_t j = i; j < std::min(i + 2, next_keys); ++j) {  // K row j, whole
-      ATTN_VEC_ARRAY(VPairF, dot, 4);
-      for (int r = 0; r < 4; ++r) ATTN_AT(dot, r) = hn::Zero(df);
+      constexpr int RD = R < 4 ? 4 : R;  // dot products, in fours
+      ATTN_VEC_ARRAY(VPairF, dot, RD);
+      for (int r = 0; r < RD; ++r) ATTN_AT(dot, r) = hn::Zero(df);
       const uint32_t* HWY_RESTRICT kr = reinterpret_cast<const uint32_t*>(k + j * k_stride);
       for (int n = 0; n < VP; ++n) {
         const VPairU kv = hn::LoadU(du, kr + n * N);
@@ -436,9 +444,12 @@ HWY_INLINE void PairNarrowRowGroupKeys(const internal::HeadView& h,
               Dot::PairDot(ATTN_AT(dot, r), hn::Load(du, qp + r * qp_stride + n * N), kv);
         }
       }
-      float sums[4];
-      SumFourDots(ATTN_AT(dot, 0), ATTN_AT(dot, 1), ATTN_AT(dot, 2), ATTN_AT(dot, 3), R, sums);
-      for (int r = 0; r < R; ++r) s_next[r][j] = sums[r] * scale;
+      for (int r0 = 0; r0 < R; r0 += 4) {
+        float sums[4];
+        SumFourDots(ATTN_AT(dot, r0), ATTN_AT(dot, r0 + 1), ATTN_AT(dot, r0 + 2),
+                    ATTN_AT(dot, r0 + 3), std::min(R, 4), sums);
+        for (int r = 0; r < std::min(R, 4); ++r) s_next[r0 + r][j] = sums[r] * scale;
+      }
     }
     if (i < keys) {  // the pair (i, i + 1); a missing odd key is (last, 0)
       const uint16_t* HWY_RESTRICT even = v + i * v_stride;
@@ -449,34 +460,46 @@ HWY_INLINE void PairNarrowRowGroupKeys(const internal::HeadView& h,
   for (int r = 0; r < 2; ++r) {
     for (int n = 0; n < OV; ++n) hn::Store(ATTN_AT(acc, r * OV + n), df, o[r] + n * N);
   }
-  if (R == 2 || keys == 0) return;  // else rows 2 and 3
-  for (int r = 0; r < 2; ++r) {
-    for (int n = 0; n < OV; ++n) ATTN_AT(acc, r * OV + n) = hn::Load(df, o[2 + r] + n * N);
-  }
-  for (int64_t i = 0; i < keys; i += 2) {
-    const uint16_t* HWY_RESTRICT even = v + i * v_stride;
-    const uint32_t w[2] = {pp[2 * pp_stride + i / 2], pp[3 * pp_stride + i / 2]};
-    PairNarrowRowMixPair<VP>(even, i + 1 < keys ? even + v_stride : nullptr, w, acc);
-  }
-  for (int r = 0; r < 2; ++r) {
-    for (int n = 0; n < OV; ++n) hn::Store(ATTN_AT(acc, r * OV + n), df, o[2 + r] + n * N);
+  if (keys == 0) return;
+  for (int r0 = 2; r0 < R; r0 += 2) {  // rows r0, r0 + 1 over the tile's V rows again
+    for (int r = 0; r < 2; ++r) {
+      for (int n = 0; n < OV; ++n) ATTN_AT(acc, r * OV + n) = hn::Load(df, o[r0 + r] + n * N);
+    }
+    for (int64_t i = 0; i < keys; i += 2) {
+      const uint16_t* HWY_RESTRICT even = v + i * v_stride;
+      const uint32_t w[2] = {pp[r0 * pp_stride + i / 2], pp[(r0 + 1) * pp_stride + i / 2]};
+      PairNarrowRowMixPair<VP>(even, i + 1 < keys ? even + v_stride : nullptr, w, acc);
+    }
+    for (int r = 0; r < 2; ++r) {
+      for (int n = 0; n < OV; ++n) hn::Store(ATTN_AT(acc, r * OV + n), df, o[r0 + r] + n * N);
+    }
   }
 }
 
 // Whether PairNarrowHead takes the row walk (PairNarrowRowWalk) for view h:
-// 2 or 4 rows (a GQA group), K and V rows adjacent in memory with no pages
+// 2, 4 or 8 rows (a GQA group), K and V rows adjacent in memory with no pages
 // (paged and token-major views keep the tiled walk, which requests K and V
 // ahead: the widened row walk ran slower on them, narrow-inl.h
 // NarrowRowWalks), d = dv of 2 or 4 whole vectors of pairs, on AVX3, in
 // the layers that say so (bf16dot.cc kPairRowWalkLayer: vdpbf16ps and its
 // emulation).
 constexpr bool kPairRowWalkCompiled = HWY_TARGET == HWY_AVX3 && kPairRowWalkLayer;
+// Views of 8 rows mix their key pairs as the tiled walk's two groups of 4,
+// each of which takes the float32 mix when one of its rows has a hidden key:
+// the row walk, which decides for all 8, gives the same bits where no row
+// can hide a key from another (no mask, causal limit or window: a GQA
+// decode view of 8 query heads without a mask).
+HWY_INLINE bool EveryRowSeesTheSameKeys(const internal::HeadView& h) {
+  return h.mask == nullptr && h.causal_offset == internal::kNoCausal && h.window_left < 0 &&
+         h.window_right < 0;
+}
 HWY_INLINE bool PairNarrowRowWalks(const internal::HeadView& h) {
   const int64_t width = 2 * int64_t(hn::Lanes(DPairU()));
   const int64_t vp = h.d / width;
   return kPairRowWalkCompiled &&
          internal::NarrowPipelineAllowed().load(std::memory_order_relaxed) &&
-         h.spans == nullptr && (h.tq == 2 || h.tq == 4) && h.d == h.dv && h.d % width == 0 &&
+         h.spans == nullptr && (h.tq == 2 || h.tq == 4 || (h.tq == 8 && EveryRowSeesTheSameKeys(h))) &&
+         h.d == h.dv && h.d % width == 0 &&
          (vp == 2 || vp == 4) && h.k_stride == h.d && h.v_stride == h.dv;
 }
 
@@ -522,7 +545,9 @@ HWY_INLINE void PairNarrowRowWalk(const internal::HeadView& h, int64_t kv_block,
       ns.SetScoreBuffer(cur);
       const auto* HWY_RESTRICT v = reinterpret_cast<const hwy::bfloat16_t*>(v_row(j0));
       for (int r = 0; r < R; ++r) PairLayoutFromColumns(o[r], h.dv, false);
-      NarrowMixTile<R>(ns, 0, keys, v, h.v_stride, h.dv);
+      for (int row0 = 0; row0 < R; row0 += 4) {  // the tiled walk's row groups
+        NarrowMixTile<R < 4 ? R : 4>(ns, row0, keys, v, h.v_stride, h.dv);
+      }
       for (int r = 0; r < R; ++r) PairLayoutFromColumns(o[r], h.dv, true);
     }
     if (next_keys == 0) break;
@@ -568,8 +593,10 @@ HWY_INLINE void PairNarrowHead(const internal::HeadView& h, const Tiles& tiles,
   if constexpr (kPairRowWalkCompiled) {
     if (row_walk) {
       const bool four = h.d == 4 * 2 * int64_t(hn::Lanes(DPairU()));
+      if (four && rows == 8) PairNarrowRowWalk<4, 8>(h, kv_block, ns, bs);
       if (four && rows == 4) PairNarrowRowWalk<4, 4>(h, kv_block, ns, bs);
       if (four && rows == 2) PairNarrowRowWalk<4, 2>(h, kv_block, ns, bs);
+      if (!four && rows == 8) PairNarrowRowWalk<2, 8>(h, kv_block, ns, bs);
       if (!four && rows == 4) PairNarrowRowWalk<2, 4>(h, kv_block, ns, bs);
       if (!four && rows == 2) PairNarrowRowWalk<2, 2>(h, kv_block, ns, bs);
     }
