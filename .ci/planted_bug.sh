@@ -103,10 +103,11 @@
 #         target) must fail.
 # pairrow .ci/planted/pair-row-weights-swapped.patch (issue 24): the bf16
 #         dot path's row walk for all-bf16 GQA decode (PairNarrowRowGroupKeys,
-#         kernels/bf16dot/narrow-body.h) mixes rows 2 and 3 with the weight
-#         pairs of rows 0 and 1. Release build; tests/bf16dot_test
+#         kernels/bf16dot/narrow-body.h) mixes each pair of rows after the
+#         first (rows 2-3, and 4-7 of a group of 8) with the weight pairs of
+#         the two rows before. Release build; tests/bf16dot_test
 #         (Bf16DotKernels, every dot path and target against the float64
-#         bound) must fail on its 4-row decode shape (d = 128). The walk is
+#         bound) must fail on its 4- and 8-row decode shapes (d = 128). The walk is
 #         compiled for AVX3 only, so only an AVX-512 CPU runs it (elsewhere:
 #         exit 1).
 #
