@@ -347,42 +347,6 @@ HWY_INLINE void PairNarrowGroupTile(const internal::HeadView& h, NarrowScratch& 
   for (int64_t r = row0; r < row0 + R; ++r) PairLayoutFromColumns(ns.o(r), h.dv, true);
 }
 
-// The pair path's row walk (as the widened path's, narrow_row-inl.h) for
-// a GQA group view of R = 2, 4 or 8 rows whose K and V rows are adjacent
-// in memory (no pages), d = dv of VP = 2 or 4 whole vectors of bf16 pairs
-// (64 or 128 on AVX-512): one step mixes tile t's key pairs beside the
-// scores of tile t + 1, a K row and a pair of V rows at a time, so K and V
-// are two sequential streams read once, each row whole, with rows 0 and
-// 1's output accumulators (up to 16 vectors) in registers for the tile;
-// the other rows are then mixed two at a time over the tile's V rows again
-// (from L2). Per score and per
-// output lane the operations of the tiled walk (PairNarrowScoreBlock,
-// PairNarrowMixChunk) in its order, so its bits at equal tiles
-// (tests/narrow_pipeline_test.cc).
-//
-// Measured on AMD EPYC Zen 4 (family 25 model 17, vdpbf16ps), attn-bench
-// streaming and parallel decode Hq 32 Hkv 8 d 128, all-bf16, against the
-// tiled walk, builds alternated twice in one shell: K/V in L3 (T_k 4096)
-// 87-103 GFLOP/s against 66-83; from DRAM (T_k 32768) one thread 57-63
-// against 42-51 (bw_frac 0.48-0.53 against 0.36-0.44), two threads
-// 104-107 against 87-94. From DRAM it stays below the read probe, as the
-// widened group walk does (narrow_row-inl.h).
-//
-// Groups of 8 (a standalone loop alternating this walk and the tiled one
-// in one process, Hq 64 Hkv 8, d 128, same VM): 1.20-1.21x the tiled
-// walk's speed from DRAM at one thread, 1.11-1.24x at two, 1.06-1.16x from
-// L3 (T_k 4096).
-//
-// Compile time: only these 6 sizes (VP 2 or 4, R 2, 4 or 8), on AVX3 (32
-// registers), in the layers that run there in earnest (bf16dot.cc
-// kPairRowWalkLayer): bf16dot.cc took 136 s against 95 s without the walk
-// (AVX3 and EMU128 targets, g++ 12), where 1, 2 and 4 vectors with 2 or 4
-// rows in every layer and target took 290 s; rows or VP as runtime values
-// (loops to the bound, each step guarded) ran at 0.5 and 0.4 of the
-// templated walk's speed.
-// qp: the rows' Q pairs (qp_stride words apart); pp: tile t's weight pairs
-// (pp_stride apart); v: tile t's first V row, `keys` keys (0: scores only);
-// k: tile t + 1's first K row, `next_keys` keys, scores into s_next[r].
 // The row walk's mix of one pair of V rows (even, and odd or null for a
 // tile's last key without a pair) into two rows' accumulators acc (2 x
 // 2·VP vectors in PairLayout, row major) with their weight pairs w[0], w[1]:
@@ -409,6 +373,41 @@ HWY_INLINE void PairNarrowRowMixPair(const uint16_t* HWY_RESTRICT even,
   }
 }
 
+// The pair path's row walk (as the widened path's, narrow_row-inl.h) for
+// a GQA group view of R = 2, 4 or 8 rows whose K and V rows are adjacent
+// in memory (no pages), d = dv of VP = 2 or 4 whole vectors of bf16 pairs
+// (64 or 128 on AVX-512): one step mixes tile t's key pairs beside the
+// scores of tile t + 1, a K row and a pair of V rows at a time, so K and V
+// are two sequential streams read once, each row whole, with rows 0 and
+// 1's output accumulators (up to 16 vectors) in registers for the tile;
+// the other rows are then mixed two at a time over the tile's V rows again
+// (from L2). Per score and per output lane the operations of the tiled
+// walk (PairNarrowScoreBlock, PairNarrowMixChunk) in its order, so its bits
+// at equal tiles (tests/narrow_pipeline_test.cc).
+//
+// Measured on AMD EPYC Zen 4 (family 25 model 17, vdpbf16ps), attn-bench
+// streaming and parallel decode Hq 32 Hkv 8 d 128, all-bf16, against the
+// tiled walk, builds alternated twice in one shell: K/V in L3 (T_k 4096)
+// 87-103 GFLOP/s against 66-83; from DRAM (T_k 32768) one thread 57-63
+// against 42-51 (bw_frac 0.48-0.53 against 0.36-0.44), two threads
+// 104-107 against 87-94. From DRAM it stays below the read probe, as the
+// widened group walk does (narrow_row-inl.h).
+//
+// Groups of 8 (a standalone loop alternating this walk and the tiled one
+// in one process, Hq 64 Hkv 8, d 128, same VM): 1.20-1.21x the tiled
+// walk's speed from DRAM at one thread, 1.11-1.24x at two, 1.06-1.16x from
+// L3 (T_k 4096).
+//
+// Compile time: only these 6 sizes (VP 2 or 4, R 2, 4 or 8), on AVX3 (32
+// registers), in the layers that run there in earnest (bf16dot.cc
+// kPairRowWalkLayer): bf16dot.cc took 136 s against 95 s without the walk
+// (AVX3 and EMU128 targets, g++ 12), where 1, 2 and 4 vectors with 2 or 4
+// rows in every layer and target took 290 s; rows or VP as runtime values
+// (loops to the bound, each step guarded) ran at 0.5 and 0.4 of the
+// templated walk's speed.
+// qp: the rows' Q pairs (qp_stride words apart); pp: tile t's weight pairs
+// (pp_stride apart); v: tile t's first V row, `keys` keys (0: scores only);
+// k: tile t + 1's first K row, `next_keys` keys, scores into s_next[r].
 template <int VP, int R>
 HWY_INLINE void PairNarrowRowGroupKeys(const internal::HeadView& h,
                                        const uint32_t* HWY_RESTRICT qp, int64_t qp_stride,
@@ -498,9 +497,10 @@ HWY_INLINE bool PairNarrowRowWalks(const internal::HeadView& h) {
   const int64_t vp = h.d / width;
   return kPairRowWalkCompiled &&
          internal::NarrowPipelineAllowed().load(std::memory_order_relaxed) &&
-         h.spans == nullptr && (h.tq == 2 || h.tq == 4 || (h.tq == 8 && EveryRowSeesTheSameKeys(h))) &&
-         h.d == h.dv && h.d % width == 0 &&
-         (vp == 2 || vp == 4) && h.k_stride == h.d && h.v_stride == h.dv;
+         h.spans == nullptr &&
+         (h.tq == 2 || h.tq == 4 || (h.tq == 8 && EveryRowSeesTheSameKeys(h))) &&
+         h.d == h.dv && h.d % width == 0 && (vp == 2 || vp == 4) && h.k_stride == h.d &&
+         h.v_stride == h.dv;
 }
 
 // The row walk over a view's key tiles of kv_block keys (PairNarrowRowWalks
