@@ -85,8 +85,8 @@ void attention(const Problem& problem, const Options& options) {
 
   internal::RunConfig config;
   config.threads = internal::ResolveThreads(options.threads);
-  const internal::TileInputs in = internal::TileInputsFor(p, config.threads);
   const internal::DotPathRequest dot = internal::RequestedDotPath(p, options.dot_path);
+  const internal::TileInputs in = internal::TileInputsFor(p, config.threads, dot.path);
   config.dot_path = dot.path;
   KernelId kernel = options.kernel;
   if (kernel == KernelId::kAuto) {

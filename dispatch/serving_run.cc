@@ -378,8 +378,8 @@ class Runner {
       dense.q_len = p.r1 - p.r0;
       dense.kv_len = p.key_end;
       dense.causal = p.causal ? Causal::kBottomRight : Causal::kNone;
-      const TileInputs in = TileInputsFor(dense, 1);
       const DotPathRequest dot = RequestedDotPath(dense, o_.dot_path);
+      const TileInputs in = TileInputsFor(dense, 1, dot.path);
       KernelId kernel = o_.kernel;
       Tiles tiles;
       p.dot_path = dot.path;

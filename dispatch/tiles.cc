@@ -4,15 +4,21 @@
 
 #include <algorithm>
 
+#include "dispatch/dot_path.h"  // AmxDeclines, IsAmxPath
 #include "kernels/kernel.h"
 
 namespace attn::internal {
+
+namespace {
+// Query rows a block of the AMX kernel at most (ChooseTiles).
+constexpr int64_t kAmxBlockRows = 1024;
+}  // namespace
 
 int ResolveThreads(int requested) {
   return requested > 0 ? requested : omp_in_parallel() ? 1 : omp_get_max_threads();
 }
 
-TileInputs TileInputsFor(const Problem& p, int threads) {
+TileInputs TileInputsFor(const Problem& p, int threads, DotPath path) {
   TileInputs in;
   in.q_len = p.q_len;
   in.kv_len = p.kv_len;
@@ -22,6 +28,10 @@ TileInputs TileInputsFor(const Problem& p, int threads) {
   in.heads = WorkItems(p);
   in.panel_width = PanelWidth();
   in.threads = threads;
+  // Views of a few rows (decode) leave the AMX kernel for the narrow path
+  // (kernels/amx/amx.cc), whose tiles are the default rule's.
+  in.packs_kv_per_block =
+      IsAmxPath(path) && p.q_len > in.panel_width / 2 && AmxDeclines(p, path).empty();
   return in;
 }
 
@@ -55,13 +65,30 @@ Tiles ChooseTiles(const TileInputs& in) {
     const int64_t panel_bytes = P * (in.head_dim + in.value_dim) * int64_t(sizeof(float));
     max_panels = std::clamp<int64_t>(kBlockBytes / std::max<int64_t>(1, panel_bytes), 4, 16);
   }
-  const int64_t panels_needed = (in.q_len + P - 1) / P;
-  int64_t panels = std::min<int64_t>(max_panels, panels_needed);
-  t.q_block = int(panels * P);
   // Key tiles: 128 keys keep the score tile (128 x P floats: 8 KiB at P = 16)
   // in Zen 3's L1 and the K/V tiles (128 x d floats each) in its L2 up to
   // d = 128; halve beyond. (At P = 32 on AVX-512 the score tile is 16 KiB.)
   t.kv_block = in.head_dim > 128 || in.value_dim > 128 ? 64 : 128;
+  // The AMX kernel transposes K and interleaves V into bf16 pair tiles once
+  // per query block and key tile, and its tile products are ~10x the FMAs'
+  // rate, so that packing, not the products, sets its speed unless a block
+  // shares it among many rows. Measured on Intel Xeon (family 6 model 167,
+  // AMX, 2-core VM), all-bf16 streaming on one thread, GFLOP/s with q_block /
+  // kv_block 128 / 128, 256 / 256, 512 / 512 and 1024 / 512: T = 2048
+  // d = 128 349, 453, 536, 564 (PyTorch's SDPA 597 on the same core);
+  // causal 319, 398, 438, 481; T = 8192 346, 463, 501, 554; d = 64 206,
+  // 256, 289, 303. Blocks of up to 1024 rows and tiles of 512 keys (256
+  // beyond d = 128, keeping the packed K and V tiles at 256 KiB; not
+  // measured): scratch of ~1 MiB a thread at d = 128 (Q and the packed
+  // tiles in bf16, O in float32). attn-tune's AMX candidates reach these
+  // sizes (tools/tune/shape_tuner.cc).
+  if (in.packs_kv_per_block) {
+    max_panels = std::max<int64_t>(1, kAmxBlockRows / P);
+    t.kv_block = in.head_dim > 128 || in.value_dim > 128 ? 256 : 512;
+  }
+  const int64_t panels_needed = (in.q_len + P - 1) / P;
+  int64_t panels = std::min<int64_t>(max_panels, panels_needed);
+  t.q_block = int(panels * P);
   // Split-KV only when the (head, query block) items cannot feed every
   // thread: aim at ~2 units per thread, each with at least 256 keys (chosen
   // on the 2-core Zen 3 VM; not measured on more cores).

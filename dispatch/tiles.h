@@ -2,6 +2,7 @@
 #include <cstdint>
 
 #include "attn/attn.h"
+#include "kernels/kernel.h"  // DotPath
 
 namespace attn::internal {
 
@@ -13,13 +14,19 @@ struct TileInputs {
   int64_t heads = 1;    // batch * q_heads: independent (head) work items
   int panel_width = 8;  // queries per SIMD panel on the target (PanelWidth)
   int threads = 1;
+  // The kernel packs K and V into tiles of its own once per query block and
+  // key tile (the AMX kernel, kernels/amx/head-body.h): larger blocks share
+  // each packing among more rows (ChooseTiles).
+  bool packs_kv_per_block = false;
 };
 
 // The thread count attention() uses for Options::threads == requested
 // (0: OpenMP's default; 1 inside a parallel region).
 int ResolveThreads(int requested);
-// The tile rule's inputs for a problem run with `threads` threads.
-TileInputs TileInputsFor(const Problem& problem, int threads);
+// The tile rule's inputs for a problem run with `threads` threads on the
+// bf16 dot-product path `path` (it matters only when Q, K and V are all
+// bf16: whether the AMX kernel takes the problem).
+TileInputs TileInputsFor(const Problem& problem, int threads, DotPath path = DotPath::kWiden);
 
 // Default tiles for a shape: every field > 0.
 Tiles ChooseTiles(const TileInputs& in);

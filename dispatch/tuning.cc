@@ -367,7 +367,7 @@ namespace {
 AutoChoice ExplainKernelChoice(const Problem& problem, const Options& options,
                                const internal::DotPathRequest& dot) {
   const internal::TileInputs in =
-      internal::TileInputsFor(problem, internal::ResolveThreads(options.threads));
+      internal::TileInputsFor(problem, internal::ResolveThreads(options.threads), dot.path);
   if (options.kernel != KernelId::kAuto) {
     AutoChoice c;
     c.kernel = options.kernel;

@@ -137,6 +137,56 @@ TEST(ChooseTiles, ShortKeysCutQueriesBeforeAThreadIdles) {
   EXPECT_GE(ChooseTiles(OnPanels(32, Inputs(128, 4096, 64, 2))).kv_splits, 2);
 }
 
+// The AMX kernel packs K and V once per query block and key tile: blocks
+// of up to 1024 rows and tiles of 512 keys (256 beyond d = 128), measured in
+// dispatch/tiles.cc; the thread rule still cuts blocks before a thread idles.
+TileInputs PackingPerBlock(TileInputs in) {
+  in.packs_kv_per_block = true;
+  return in;
+}
+
+TEST(ChooseTiles, AmxBlocksShareEachPackingAmongUpTo1024Rows) {
+  const Tiles t = ChooseTiles(PackingPerBlock(OnPanels(32, Inputs(2048, 2048, 128))));
+  EXPECT_EQ(t.q_block, 1024);
+  EXPECT_EQ(t.kv_block, 512);
+  EXPECT_EQ(ChooseTiles(PackingPerBlock(OnPanels(32, Inputs(8192, 8192, 64)))).q_block, 1024);
+  // Fewer rows: one block of whole panels.
+  EXPECT_EQ(ChooseTiles(PackingPerBlock(OnPanels(32, Inputs(100, 2048, 128)))).q_block, 128);
+  // Wide heads: half the key tile.
+  EXPECT_EQ(ChooseTiles(PackingPerBlock(OnPanels(32, Inputs(2048, 2048, 256)))).kv_block, 256);
+  // Two threads, one head: T 2048 is two blocks already; 512 queries over
+  // 512 keys split the keys in two; over 256 keys (too short to split) the
+  // block is cut in two.
+  EXPECT_EQ(ChooseTiles(PackingPerBlock(OnPanels(32, Inputs(2048, 2048, 128, 2)))).q_block,
+            1024);
+  const Tiles split = ChooseTiles(PackingPerBlock(OnPanels(32, Inputs(512, 512, 128, 2))));
+  EXPECT_EQ(split.q_block, 512);
+  EXPECT_EQ(split.kv_splits, 2);
+  EXPECT_EQ(ChooseTiles(PackingPerBlock(OnPanels(32, Inputs(512, 256, 128, 2)))).q_block, 256);
+  // Without the packing the rule is the widened kernels' (4 panels here).
+  EXPECT_EQ(ChooseTiles(OnPanels(32, Inputs(2048, 2048, 128))).q_block, 128);
+  EXPECT_EQ(ChooseTiles(OnPanels(32, Inputs(2048, 2048, 128))).kv_block, 128);
+}
+
+TEST(TileInputsFor, OnlyAllBf16ProblemsOnTheAmxPathPackPerBlock) {
+  Problem p;
+  p.q_len = p.kv_len = 256;
+  p.head_dim = 64;
+  p.q.dtype = p.k.dtype = p.v.dtype = p.out.dtype = DType::kBF16;
+  // The emulated AMX path runs on every CPU and target.
+  EXPECT_TRUE(TileInputsFor(p, 1, DotPath::kAmxEmulated).packs_kv_per_block);
+  EXPECT_FALSE(TileInputsFor(p, 1, DotPath::kWiden).packs_kv_per_block);
+  EXPECT_FALSE(TileInputsFor(p, 1, DotPath::kAvx512Bf16Emulated).packs_kv_per_block);
+  // A decode step leaves the AMX kernel for the narrow path.
+  Problem decode = p;
+  decode.q_len = 1;
+  EXPECT_FALSE(TileInputsFor(decode, 1, DotPath::kAmxEmulated).packs_kv_per_block);
+  // float32 K: no dot path at all.
+  Problem mixed = p;
+  mixed.k.dtype = DType::kF32;
+  EXPECT_FALSE(TileInputsFor(mixed, 1, DotPath::kAmxEmulated).packs_kv_per_block);
+}
+
 TEST(ResolveTiles, FillsOnlyZeroFields) {
   Tiles requested;
   requested.kv_block = 7;

@@ -370,6 +370,15 @@ std::vector<AttnCandidate> EnumerateCandidates(const TuneShape& s, int heads, bo
   }
   const std::vector<int> kv_blocks =
       quick ? std::vector<int>{64, 128, 256} : std::vector<int>{32, 64, 128, 256};
+  // The AMX kernel packs K and V once per query block and key tile, so its
+  // speed keeps growing to blocks of 1024 rows and tiles of 512 keys
+  // (measured in dispatch/tiles.cc, ChooseTiles): its own, larger sizes.
+  std::set<int> amx_q_blocks;
+  for (int panels : quick ? std::vector<int>{8, 32} : std::vector<int>{4, 8, 16, 32}) {
+    amx_q_blocks.insert(int(std::min<int64_t>(int64_t(panels) * panel, q_cap)));
+  }
+  const std::vector<int> amx_kv_blocks =
+      quick ? std::vector<int>{256, 512} : std::vector<int>{128, 256, 512};
   auto splits_for = [&](int q_block) {
     // Split-KV only helps when the (head, query block) items cannot feed
     // every thread; each split keeps >= 64 keys so merging stays cheap.
@@ -390,11 +399,14 @@ std::vector<AttnCandidate> EnumerateCandidates(const TuneShape& s, int heads, bo
     if (!k.simd && !include_naive) continue;
     if (k.threaded && s.threads <= 1) continue;
     if (!attn::KernelSupports(k.id, shape)) continue;
-    const std::vector<int> qs = k.uses_q_block ? std::vector<int>(q_blocks.begin(), q_blocks.end())
-                                               : std::vector<int>{def.tiles.q_block};
-    const std::vector<int> kvs = k.uses_kv_block ? kv_blocks : std::vector<int>{def.tiles.kv_block};
     for (const std::string& requested_path : paths) {
       const std::string path = effective_path(k.id, requested_path);
+      const bool amx = path == "amx";
+      const std::set<int>& q_set = amx ? amx_q_blocks : q_blocks;
+      const std::vector<int> qs = k.uses_q_block ? std::vector<int>(q_set.begin(), q_set.end())
+                                                 : std::vector<int>{def.tiles.q_block};
+      const std::vector<int> kvs = k.uses_kv_block ? (amx ? amx_kv_blocks : kv_blocks)
+                                                   : std::vector<int>{def.tiles.kv_block};
       for (int qb : qs) {
         const std::vector<int> splits =
             k.uses_kv_splits ? splits_for(qb) : std::vector<int>{def.tiles.kv_splits};
