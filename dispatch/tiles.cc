@@ -82,9 +82,24 @@ Tiles ChooseTiles(const TileInputs& in) {
   // measured): scratch of ~1 MiB a thread at d = 128 (Q and the packed
   // tiles in bf16, O in float32). attn-tune's AMX candidates reach these
   // sizes (tools/tune/shape_tuner.cc).
+  // On more threads, blocks that few leave threads idle (a causal block's
+  // work grows with its rows): at least 2 (head, block) items a thread,
+  // blocks no smaller than 4 panels. Same VM, parallel, 2 threads, one
+  // head, GFLOP/s with blocks of 128 / 256 / 512 / 1024 rows (512-key
+  // tiles, no split): T = 512 d = 128 590 / 668 / 380 / 381, causal 380 /
+  // 392 / 255 / 253; T = 2048 d = 128 719 / 873 / 979 / 996, causal 590 /
+  // 679 / 694 / 634; d = 64 440 / 527 / 590 / 623, causal 391 / 428 / 421
+  // / 380. The rule takes 128 rows at T = 512 and 512 at T = 2048.
   if (in.packs_kv_per_block) {
     max_panels = std::max<int64_t>(1, kAmxBlockRows / P);
     t.kv_block = in.head_dim > 128 || in.value_dim > 128 ? 256 : 512;
+    if (in.threads > 1) {
+      const int64_t heads = std::max<int64_t>(1, in.heads);
+      const int64_t blocks_per_head = (2 * int64_t(in.threads) + heads - 1) / heads;
+      const int64_t rows = (in.q_len + blocks_per_head - 1) / blocks_per_head;
+      max_panels = std::clamp<int64_t>((rows + P - 1) / P, std::min<int64_t>(4, max_panels),
+                                       max_panels);
+    }
   }
   const int64_t panels_needed = (in.q_len + P - 1) / P;
   int64_t panels = std::min<int64_t>(max_panels, panels_needed);

@@ -154,15 +154,20 @@ TEST(ChooseTiles, AmxBlocksShareEachPackingAmongUpTo1024Rows) {
   EXPECT_EQ(ChooseTiles(PackingPerBlock(OnPanels(32, Inputs(100, 2048, 128)))).q_block, 128);
   // Wide heads: half the key tile.
   EXPECT_EQ(ChooseTiles(PackingPerBlock(OnPanels(32, Inputs(2048, 2048, 256)))).kv_block, 256);
-  // Two threads, one head: T 2048 is two blocks already; 512 queries over
-  // 512 keys split the keys in two; over 256 keys (too short to split) the
-  // block is cut in two.
+  // Two threads, one head: at least 2 blocks a thread, of at least 4
+  // panels, and no split-KV while the blocks feed the threads.
   EXPECT_EQ(ChooseTiles(PackingPerBlock(OnPanels(32, Inputs(2048, 2048, 128, 2)))).q_block,
-            1024);
-  const Tiles split = ChooseTiles(PackingPerBlock(OnPanels(32, Inputs(512, 512, 128, 2))));
-  EXPECT_EQ(split.q_block, 512);
-  EXPECT_EQ(split.kv_splits, 2);
-  EXPECT_EQ(ChooseTiles(PackingPerBlock(OnPanels(32, Inputs(512, 256, 128, 2)))).q_block, 256);
+            512);
+  const Tiles t512 = ChooseTiles(PackingPerBlock(OnPanels(32, Inputs(512, 512, 128, 2))));
+  EXPECT_EQ(t512.q_block, 128);
+  EXPECT_EQ(t512.kv_splits, 1);
+  EXPECT_EQ(ChooseTiles(PackingPerBlock(OnPanels(32, Inputs(256, 256, 128, 2)))).q_block, 128);
+  // Enough heads to feed the threads: the whole 1024-row block.
+  EXPECT_EQ(
+      ChooseTiles(PackingPerBlock(OnPanels(32, Inputs(2048, 2048, 128, 2, 16)))).q_block, 1024);
+  // 8 threads, 2 heads: 8 blocks a head, 256 rows each.
+  EXPECT_EQ(
+      ChooseTiles(PackingPerBlock(OnPanels(32, Inputs(2048, 2048, 128, 8, 2)))).q_block, 256);
   // Without the packing the rule is the widened kernels' (4 panels here).
   EXPECT_EQ(ChooseTiles(OnPanels(32, Inputs(2048, 2048, 128))).q_block, 128);
   EXPECT_EQ(ChooseTiles(OnPanels(32, Inputs(2048, 2048, 128))).kv_block, 128);
