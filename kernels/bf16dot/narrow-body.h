@@ -405,6 +405,23 @@ HWY_INLINE void PairNarrowRowMixPair(const uint16_t* HWY_RESTRICT even,
 // rows in every layer and target took 290 s; rows or VP as runtime values
 // (loops to the bound, each step guarded) ran at 0.5 and 0.4 of the
 // templated walk's speed.
+// K and V rows are requested 2 KiB ahead (PrefetchPairRowAhead), as the
+// widened group walk requests 16-bit rows (narrow_row-inl.h,
+// kGroupPrefetchBytes). Measured on an Intel Xeon with AMX (family 6 model
+// 167, 2-core VM; AMX decode views run this walk), attn-bench decode Hq 32
+// Hkv 8, d 128, all-bf16, builds with and without alternated three times:
+// from DRAM (T_k 32768) one thread 71-74 -> 87-93 tokens/s (bw_frac
+// 0.52-0.59 -> 0.69-0.71), two threads 154-159 -> 199-211; from L3 (T_k
+// 4096) unchanged. Not measured on Zen 4, where the widened walk's request
+// for bf16 rows changed nothing. Rows are adjacent (PairNarrowRowWalks
+// admits only k_stride == d), so the row kGroupPrefetchBytes ahead is whole.
+HWY_INLINE void PrefetchPairRowAhead(const uint16_t* HWY_RESTRICT row, int64_t row_elements) {
+  const int64_t row_bytes = row_elements * int64_t(sizeof(uint16_t));
+  const char* ahead = reinterpret_cast<const char*>(row) +
+                      std::max<int64_t>(1, kGroupPrefetchBytes / row_bytes) * row_bytes;
+  for (int64_t byte = 0; byte < row_bytes; byte += 64) hwy::Prefetch(ahead + byte);
+}
+
 // qp: the rows' Q pairs (qp_stride words apart); pp: tile t's weight pairs
 // (pp_stride apart); v: tile t's first V row, `keys` keys (0: scores only);
 // k: tile t + 1's first K row, `next_keys` keys, scores into s_next[r].
@@ -436,6 +453,7 @@ HWY_INLINE void PairNarrowRowGroupKeys(const internal::HeadView& h,
       ATTN_VEC_ARRAY(VPairF, dot, RD);
       for (int r = 0; r < RD; ++r) ATTN_AT(dot, r) = hn::Zero(df);
       const uint32_t* HWY_RESTRICT kr = reinterpret_cast<const uint32_t*>(k + j * k_stride);
+      PrefetchPairRowAhead(k + j * k_stride, k_stride);
       for (int n = 0; n < VP; ++n) {
         const VPairU kv = hn::LoadU(du, kr + n * N);
         for (int r = 0; r < R; ++r) {
@@ -452,6 +470,8 @@ HWY_INLINE void PairNarrowRowGroupKeys(const internal::HeadView& h,
     }
     if (i < keys) {  // the pair (i, i + 1); a missing odd key is (last, 0)
       const uint16_t* HWY_RESTRICT even = v + i * v_stride;
+      PrefetchPairRowAhead(even, v_stride);
+      PrefetchPairRowAhead(even + v_stride, v_stride);
       const uint32_t w[2] = {pp[i / 2], pp[pp_stride + i / 2]};
       PairNarrowRowMixPair<VP>(even, i + 1 < keys ? even + v_stride : nullptr, w, acc);
     }
