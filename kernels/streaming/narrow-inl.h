@@ -610,6 +610,7 @@ class KeyRowCursor {
     left_ = 0;
   }
   int64_t key() const { return key_; }
+  int64_t step() const { return step_; }
   // Whether keys key() .. key() + n - 1 are contiguous at the row stride.
   HWY_INLINE bool Contiguous(int64_t n) {
     Load();

@@ -18,10 +18,10 @@
 // (tests/narrow_pipeline_test.cc).
 //
 // Memory traffic: K and V read once, as two sequential streams advancing
-// one row each per key; no software prefetch for one row or float32 rows
-// (the hardware prefetchers follow both streams), 16-bit rows of a group
-// requested 2 KiB ahead (kGroupPrefetchBytes); q and the score buffers in
-// L1; o loaded and stored once per tile.
+// one row each per key; no software prefetch for float32 rows (the
+// hardware prefetchers follow both streams), 16-bit rows (and q8_0 rows of
+// one row's walk) requested 2 KiB ahead (kGroupPrefetchBytes); q and the
+// score buffers in L1; o loaded and stored once per tile.
 //
 // Why this order, measured on AMD EPYC Zen 4 (family 25 model 17, AVX3,
 // 1 MiB L2 a core; 2-core VM on a shared host, so the DRAM rate moves
@@ -115,6 +115,56 @@ HWY_INLINE VF LoadRowVector(const char* HWY_RESTRICT row, int64_t n) {
   }
 }
 
+// How far ahead the row walks request 16-bit (and q8_0) K and V rows: 2 KiB (8
+// rows at d = 128). Measured on Intel Xeon (family 6 model 167, AMX; 2-core
+// VM), attn-bench decode Hq 32 Hkv 8, T_k 32768, d = 128, three rounds with
+// and without in one build: kv:f16 one thread 67-70 -> 78-88 tokens/s, two
+// threads 128-148 -> 180-183, dtype:f16 68-70 -> 81-89 and 138-147 ->
+// 178-187; from L3 (T_k 4096) unchanged; 1 KiB ahead +13-24% and 512 B
+// +4-14% (one thread, kv:f16, two rounds). The one-row walk (16 heads,
+// T_k 32768, d = 128, same VM, with and without in one build, two rounds):
+// kv:q8_0 one thread 60-64 -> 83-89 tokens/s (bw_frac 0.52-0.55 ->
+// 0.71-0.77), two threads 117-118 -> 157-175; kv:f16 48-49 -> 51-54 (0.79
+// -> 0.85-0.87) and 89-92 -> 100-102; dtype:bf16 two threads 82-89 ->
+// 99-104; float32 rows 0.82-0.89 against 0.86 (not kept); 1, 4 and 8 KiB
+// ahead for q8_0 76-78, 80-85 and 81 tokens/s against 83 at 2 KiB. On
+// Zen 4 (where the one-row walk's request was not measured) the same
+// request for widened bf16 group rows (4-64 keys ahead) changed nothing (bw_frac 0.41-0.45 against 0.42-0.43), and for float32 rows lost
+// 10% (0.47-0.51 against 0.53-0.59; +6% on the Intel Xeon), so float32
+// rows are not requested. Likely cause, not measured (no counters in
+// these VMs): widening costs the 16-bit walk more instructions a byte, so
+// the out-of-order window holds fewer rows' loads in flight.
+constexpr int64_t kGroupPrefetchBytes = 2048;
+
+// Whether the one-row walk requests rows of T ahead: 16-bit and q8_0 rows
+// (narrow_row-inl.h's header: measured), not float32.
+template <typename T>
+constexpr bool RowIsRequestedAhead() {
+  return std::is_same_v<T, Q8_0Row> || sizeof(T) == 2;
+}
+// Bytes of a row of `elements` elements of T (q8_0: 34-byte blocks of 32).
+template <typename T>
+constexpr int64_t RowBytes(int64_t elements) {
+  if constexpr (std::is_same_v<T, Q8_0Row>) {
+    return elements / internal::kQ8_0BlockElements * internal::kQ8_0BlockBytes;
+  } else {
+    return elements * int64_t(sizeof(T));
+  }
+}
+
+// The lines of the row kGroupPrefetchBytes after `row` (rows of row_bytes).
+HWY_INLINE void PrefetchGroupRowAhead(const char* HWY_RESTRICT row, int64_t row_bytes) {
+  const char* ahead = row + std::max<int64_t>(1, kGroupPrefetchBytes / row_bytes) * row_bytes;
+  for (int64_t byte = 0; byte < row_bytes; byte += 64) hwy::Prefetch(ahead + byte);
+}
+// The lines of the row_bytes bytes kGroupPrefetchBytes after `row`, in whole
+// steps of `step` bytes (the rows' stride): the row that many keys on.
+HWY_INLINE void PrefetchRowAhead(const char* HWY_RESTRICT row, int64_t step, int64_t row_bytes) {
+  const char* ahead = row + std::max<int64_t>(1, kGroupPrefetchBytes / step) * step;
+  for (int64_t byte = 0; byte < row_bytes; byte += 64) hwy::Prefetch(ahead + byte);
+  hwy::Prefetch(ahead + row_bytes - 1);
+}
+
 // One step of the row walk for a view with d = d_v = V vectors: the mix of
 // the current tile's `keys` keys (weights p) into o beside the scores of
 // the next tile's `next_keys` keys (into s_next), a key of each in turn, K
@@ -134,6 +184,11 @@ HWY_INLINE void NarrowRowKeys(bool skip_hidden, const float* HWY_RESTRICT q, con
     ATTN_AT(acc, n) = hn::Load(df, o + n * N);
   }
   const int64_t steps = std::max(keys, next_keys);
+  // 16-bit and q8_0 rows are requested ahead (kGroupPrefetchBytes);
+  // float32 rows are not (above).
+  constexpr bool kPrefetchK = RowIsRequestedAhead<TK>();
+  constexpr bool kPrefetchV = RowIsRequestedAhead<TV>();
+  const int64_t k_row_bytes = RowBytes<TK>(V * N), v_row_bytes = RowBytes<TV>(V * N);
   for (int64_t j = 0; j < steps; j += 4) {
     ATTN_VEC_ARRAY(VF, dot, 4);
     for (int b = 0; b < 4; ++b) {
@@ -141,12 +196,14 @@ HWY_INLINE void NarrowRowKeys(bool skip_hidden, const float* HWY_RESTRICT q, con
       ATTN_AT(dot, b) = hn::Zero(df);
       if (i < next_keys) {  // one FMA chain in column order, as NarrowScoreBlock
         const char* HWY_RESTRICT k = k_rows.Next();
+        if constexpr (kPrefetchK) PrefetchRowAhead(k, k_rows.step(), k_row_bytes);
         for (int n = 0; n < V; ++n) {
           ATTN_AT(dot, b) = hn::MulAdd(ATTN_AT(qv, n), LoadRowVector<TK>(k, n), ATTN_AT(dot, b));
         }
       }
       if (i < keys) {
         const char* HWY_RESTRICT v = v_rows.Next();
+        if constexpr (kPrefetchV) PrefetchRowAhead(v, v_rows.step(), v_row_bytes);
         const float w = p[i];
         if (skip_hidden && IsHiddenWeight(w)) continue;
         const VF pb = hn::Set(df, w);
@@ -161,27 +218,6 @@ HWY_INLINE void NarrowRowKeys(bool skip_hidden, const float* HWY_RESTRICT q, con
     }
   }
   for (int n = 0; n < V; ++n) hn::Store(ATTN_AT(acc, n), df, o + n * N);
-}
-
-// How far ahead the group walk requests 16-bit K and V rows: 2 KiB (8
-// rows at d = 128). Measured on Intel Xeon (family 6 model 167, AMX; 2-core
-// VM), attn-bench decode Hq 32 Hkv 8, T_k 32768, d = 128, three rounds with
-// and without in one build: kv:f16 one thread 67-70 -> 78-88 tokens/s, two
-// threads 128-148 -> 180-183, dtype:f16 68-70 -> 81-89 and 138-147 ->
-// 178-187; from L3 (T_k 4096) unchanged; 1 KiB ahead +13-24% and 512 B
-// +4-14% (one thread, kv:f16, two rounds). On
-// Zen 4 the same request for widened bf16 rows (4-64 keys ahead) changed
-// nothing (bw_frac 0.41-0.45 against 0.42-0.43), and for float32 rows lost
-// 10% (0.47-0.51 against 0.53-0.59; +6% on the Intel Xeon), so float32
-// rows are not requested. Likely cause, not measured (no counters in
-// these VMs): widening costs the 16-bit walk more instructions a byte, so
-// the out-of-order window holds fewer rows' loads in flight.
-constexpr int64_t kGroupPrefetchBytes = 2048;
-
-// The lines of the row kGroupPrefetchBytes after `row` (rows of row_bytes).
-HWY_INLINE void PrefetchGroupRowAhead(const char* HWY_RESTRICT row, int64_t row_bytes) {
-  const char* ahead = row + std::max<int64_t>(1, kGroupPrefetchBytes / row_bytes) * row_bytes;
-  for (int64_t byte = 0; byte < row_bytes; byte += 64) hwy::Prefetch(ahead + byte);
 }
 
 // The row walk for a view of R rows (2 or 4: a GQA group sharing each K/V
