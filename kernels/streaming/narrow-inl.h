@@ -610,7 +610,6 @@ class KeyRowCursor {
     left_ = 0;
   }
   int64_t key() const { return key_; }
-  int64_t step() const { return step_; }
   // Whether keys key() .. key() + n - 1 are contiguous at the row stride.
   HWY_INLINE bool Contiguous(int64_t n) {
     Load();
@@ -763,23 +762,29 @@ HWY_INLINE bool NarrowPipelines(const internal::HeadView& h, bool in_run = false
 
 
 // Whether a view takes the row walk (narrow_row-inl.h): 1, 2 or 4 rows of
-// K and V rows adjacent in memory, of one type (float32, bf16, f16, or q8_0 for one row where a
-// vector tiles a block), d = d_v of 2, 4 or 8 whole vectors
-// (NarrowRowStepExists). q8_0 groups keep the tiled walk: the group walk,
-// which dequantises each V row twice (rows 0-1, then 2-3), ran GQA 32/8
-// q8_0 decode at 92-95 tokens/s against 108-117 (AMD EPYC Zen 4). K and V
-// rows adjacent in memory, no pages: with no software prefetch, the row
-// walk on token-major pages and rows (attn-bench serving/decode_step, 8
-// kv heads of bf16 in each token row, views taken in turn by NarrowHeads)
-// ran at 6.0-6.3 GB/s against 7.0 at one thread, 7.9-10.6 against
-// 13.0-14.7 at two, so strided and paged views keep the other walks.
+// K and V rows adjacent in memory, of one type (float32, bf16, f16, or q8_0
+// for one row where a vector tiles a block), d = d_v of 2, 4 or 8 whole
+// vectors (NarrowRowStepExists). q8_0 groups keep the tiled walk: the group
+// walk, which dequantises each V row twice (rows 0-1, then 2-3), ran GQA
+// 32/8 q8_0 decode at 92-95 tokens/s against 108-117 (AMD EPYC Zen 4).
+// Rows adjacent within each run: dense head-major K/V, and head-major pages
+// ([num_blocks, kv_heads, block_size, d], vLLM's CPU layout), whose runs the
+// walk's cursors and its requests ahead follow. Strided rows (token-major
+// K/V and pages, 8 kv heads of bf16 in each token row) keep the pipelined
+// walk: taken by the row walk they ran slower, with no software prefetch
+// (AMD EPYC Zen 4, attn-bench serving/decode_step: 6.0-6.3 GB/s against 7.0
+// at one thread, 7.9-10.6 against 13.0-14.7 at two) and with it (Intel Xeon,
+// family 6 model 167, 2-core VM, the same rows, two rounds alternated in one
+// build: contiguous bw_frac 0.47-0.53 against 0.55-0.57, pages about even).
+// Head-major pages on the same Intel VM, the row walk against the pipelined
+// walk: pages of 128 tokens 0.57-0.60 of the probe against 0.50-0.51, of 16
+// tokens 0.44-0.50 against 0.40-0.45 (one and two threads).
 HWY_INLINE bool NarrowRowWalks(const internal::HeadView& h) {
   const int64_t N = int64_t(hn::Lanes(DF()));
   const int64_t vectors = h.dv / N;
   return internal::NarrowPipelineAllowed().load(std::memory_order_relaxed) &&
-         h.spans == nullptr && h.k_stride == h.d && h.v_stride == h.dv &&
-         h.k_type == h.v_type && h.d == h.dv && h.dv % N == 0 &&
-         NarrowRowStepExists(h.tq, vectors) &&
+         h.k_stride == h.d && h.v_stride == h.dv && h.k_type == h.v_type && h.d == h.dv &&
+         h.dv % N == 0 && NarrowRowStepExists(h.tq, vectors) &&
          (h.k_type != DType::kQ8_0 || (h.tq == 1 && Q8_0VectorsTileBlocks(DF())));
 }
 
@@ -1010,8 +1015,10 @@ class NarrowWalk {
       keys_ = std::min(kv_block_, key_end_ - j0_);
       k_rows_.Seek(j0_);
       v_rows_.Seek(j0_);
-      k_ahead_.Seek(j0_ + KeyPrefetchDistance(h.k_type));
-      v_ahead_.Seek(j0_ + KeyPrefetchDistance(h.v_type));
+      // The row walk requests rows RowAheadKeys ahead (narrow_row-inl.h),
+      // the pipelined walk KeyPrefetchDistance.
+      k_ahead_.Seek(j0_ + (row_walk_ ? RowAheadKeys(h.k_type, h.d) : KeyPrefetchDistance(h.k_type)));
+      v_ahead_.Seek(j0_ + (row_walk_ ? RowAheadKeys(h.v_type, h.dv) : KeyPrefetchDistance(h.v_type)));
       Pipelined(1, 0, keys_, 0, std::numeric_limits<int64_t>::max());
       scratch_.SetScoreBuffer(cur_);
       NarrowSoftmaxTile(h, scratch_, 0, h.tq, j0_, keys_, scratch_.stats());
@@ -1061,13 +1068,13 @@ class NarrowWalk {
       }
       scratch_.SetScoreBuffer(0);
       v_again_.Seek(j0_);
+      RowWalkCursors cursors{k_rows_, v_rows_, v_again_, k_ahead_, v_ahead_, key_end_};
       const int64_t vectors = h_.dv / int64_t(hn::Lanes(DF()));
       auto row_keys = [&](auto tag) {
         using T = decltype(tag);
         auto step = [&](auto rows_tag) {
           NarrowRowStep<decltype(rows_tag)::value, T, T>(vectors, any_hidden, q, p, keys, s_next,
-                                                          next_keys, o, k_rows_, v_rows_,
-                                                          v_again_);
+                                                          next_keys, o, cursors);
         };
         if (rows == 1) return step(std::integral_constant<int, 1>());
         // q8_0 groups take the tiled walk (NarrowRowWalks): their steps are

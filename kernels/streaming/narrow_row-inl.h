@@ -4,9 +4,9 @@
 // output accumulators in registers for the whole tile. narrow-inl.h
 // includes this file after its building blocks (KeyRowCursor, the lane
 // sums) and takes this walk for views of 1, 2 or 4 rows with d = d_v of
-// 2, 4 or 8 vectors (NarrowRowWalks, NarrowRowStepExists: q and o fit in
-// registers, d <= 128 on AVX-512); other views take the pipelined or the
-// tiled walk there.
+// 2, 4 or 8 vectors and rows adjacent within each run (NarrowRowWalks,
+// NarrowRowStepExists: q and o fit in registers, d <= 128 on AVX-512);
+// other views take the pipelined or the tiled walk there.
 //
 // Algorithm, per step of four keys: for each key, its K row's dot product
 // with q (one FMA chain over the columns, K read row by row, in address
@@ -20,7 +20,9 @@
 // Memory traffic: K and V read once, as two sequential streams advancing
 // one row each per key; no software prefetch for float32 rows (the
 // hardware prefetchers follow both streams), 16-bit rows (and q8_0 rows of
-// one row's walk) requested 2 KiB ahead (kGroupPrefetchBytes); q and the
+// one row's walk) requested 2 KiB of row bytes ahead (kGroupPrefetchBytes)
+// by a cursor that follows the view's runs, so with head-major pages the
+// request lands on the next page, not past the end of this one; q and the
 // score buffers in L1; o loaded and stored once per tile.
 //
 // Why this order, measured on AMD EPYC Zen 4 (family 25 model 17, AVX3,
@@ -152,18 +154,34 @@ constexpr int64_t RowBytes(int64_t elements) {
   }
 }
 
-// The lines of the row kGroupPrefetchBytes after `row` (rows of row_bytes).
-HWY_INLINE void PrefetchGroupRowAhead(const char* HWY_RESTRICT row, int64_t row_bytes) {
-  const char* ahead = row + std::max<int64_t>(1, kGroupPrefetchBytes / row_bytes) * row_bytes;
-  for (int64_t byte = 0; byte < row_bytes; byte += 64) hwy::Prefetch(ahead + byte);
+// Keys ahead of its walk that a row walk requests rows: kGroupPrefetchBytes
+// of the rows' own bytes (d elements of the type, whatever the stride), at
+// least one key.
+HWY_INLINE int64_t RowAheadKeys(DType type, int64_t d) {
+  return std::max<int64_t>(1, kGroupPrefetchBytes / internal::BytesOf(type, d));
 }
-// The lines of the row_bytes bytes kGroupPrefetchBytes after `row`, in whole
-// steps of `step` bytes (the rows' stride): the row that many keys on.
-HWY_INLINE void PrefetchRowAhead(const char* HWY_RESTRICT row, int64_t step, int64_t row_bytes) {
-  const char* ahead = row + std::max<int64_t>(1, kGroupPrefetchBytes / step) * step;
-  for (int64_t byte = 0; byte < row_bytes; byte += 64) hwy::Prefetch(ahead + byte);
-  hwy::Prefetch(ahead + row_bytes - 1);
+
+// Requests the row of `ahead`'s key (its cursor runs RowAheadKeys ahead of
+// the walk's, through the same runs: pages are followed, not stepped over)
+// unless the view ends first, and moves it on one key.
+HWY_INLINE void RequestRowAhead(KeyRowCursor& ahead, int64_t end, int64_t row_bytes) {
+  if (ahead.key() >= end) return;
+  const char* HWY_RESTRICT row = ahead.Next();
+  for (int64_t byte = 0; byte < row_bytes; byte += 64) hwy::Prefetch(row + byte);
+  if (row_bytes % 64 != 0) hwy::Prefetch(row + row_bytes - 1);
 }
+
+// The cursors of a row walk's view: K rows of the next tile, V rows of the
+// current one, V rows again (rows 2-3 of a group), and K and V RowAheadKeys
+// ahead, requested up to ahead_end.
+struct RowWalkCursors {
+  KeyRowCursor& k_rows;
+  KeyRowCursor& v_rows;
+  KeyRowCursor& v_again;
+  KeyRowCursor& k_ahead;
+  KeyRowCursor& v_ahead;
+  int64_t ahead_end;
+};
 
 // One step of the row walk for a view with d = d_v = V vectors: the mix of
 // the current tile's `keys` keys (weights p) into o beside the scores of
@@ -173,8 +191,7 @@ HWY_INLINE void PrefetchRowAhead(const char* HWY_RESTRICT row, int64_t step, int
 template <int V, typename TK, typename TV>
 HWY_INLINE void NarrowRowKeys(bool skip_hidden, const float* HWY_RESTRICT q, const float* HWY_RESTRICT p,
                               int64_t keys, float* HWY_RESTRICT s_next, int64_t next_keys,
-                              float* HWY_RESTRICT o, KeyRowCursor& k_rows,
-                              KeyRowCursor& v_rows) {
+                              float* HWY_RESTRICT o, RowWalkCursors& c) {
   const DF df;
   const int64_t N = int64_t(hn::Lanes(df));
   ATTN_VEC_ARRAY(VF, qv, V);  // vec_array-inl.h
@@ -195,15 +212,15 @@ HWY_INLINE void NarrowRowKeys(bool skip_hidden, const float* HWY_RESTRICT q, con
       const int64_t i = j + b;
       ATTN_AT(dot, b) = hn::Zero(df);
       if (i < next_keys) {  // one FMA chain in column order, as NarrowScoreBlock
-        const char* HWY_RESTRICT k = k_rows.Next();
-        if constexpr (kPrefetchK) PrefetchRowAhead(k, k_rows.step(), k_row_bytes);
+        const char* HWY_RESTRICT k = c.k_rows.Next();
+        if constexpr (kPrefetchK) RequestRowAhead(c.k_ahead, c.ahead_end, k_row_bytes);
         for (int n = 0; n < V; ++n) {
           ATTN_AT(dot, b) = hn::MulAdd(ATTN_AT(qv, n), LoadRowVector<TK>(k, n), ATTN_AT(dot, b));
         }
       }
       if (i < keys) {
-        const char* HWY_RESTRICT v = v_rows.Next();
-        if constexpr (kPrefetchV) PrefetchRowAhead(v, v_rows.step(), v_row_bytes);
+        const char* HWY_RESTRICT v = c.v_rows.Next();
+        if constexpr (kPrefetchV) RequestRowAhead(c.v_ahead, c.ahead_end, v_row_bytes);
         const float w = p[i];
         if (skip_hidden && IsHiddenWeight(w)) continue;
         const VF pb = hn::Set(df, w);
@@ -230,8 +247,7 @@ template <int V, int R, typename TK, typename TV>
 HWY_INLINE void NarrowRowGroupKeys(bool skip_hidden, const float* const* HWY_RESTRICT q,
                                    const float* const* HWY_RESTRICT p, int64_t keys,
                                    float* const* HWY_RESTRICT s_next, int64_t next_keys,
-                                   float* const* HWY_RESTRICT o, KeyRowCursor& k_rows,
-                                   KeyRowCursor& v_rows, KeyRowCursor& v_again) {
+                                   float* const* HWY_RESTRICT o, RowWalkCursors& c) {
   static_assert(R >= 2 && R <= 4, "a group of 2 to 4 rows");
   constexpr int RA = 2;  // rows mixed beside the scores
   const DF df;
@@ -239,8 +255,7 @@ HWY_INLINE void NarrowRowGroupKeys(bool skip_hidden, const float* const* HWY_RES
   // 16-bit rows are requested ahead (kGroupPrefetchBytes).
   constexpr bool kPrefetchK = !std::is_same_v<TK, Q8_0Row> && sizeof(TK) == 2;
   constexpr bool kPrefetchV = !std::is_same_v<TV, Q8_0Row> && sizeof(TV) == 2;
-  const int64_t k_row_bytes = V * N * int64_t(sizeof(TK));
-  const int64_t v_row_bytes = V * N * int64_t(sizeof(TV));
+  const int64_t k_row_bytes = RowBytes<TK>(V * N), v_row_bytes = RowBytes<TV>(V * N);
   ATTN_VEC_ARRAY2(VF, acc, RA, V);  // vec_array-inl.h
   for (int r = 0; r < RA; ++r) {
     for (int n = 0; n < V; ++n) ATTN_AT2(acc, r, n) = hn::Load(df, o[r] + n * N);
@@ -250,8 +265,8 @@ HWY_INLINE void NarrowRowGroupKeys(bool skip_hidden, const float* const* HWY_RES
     if (i < next_keys) {
       ATTN_VEC_ARRAY(VF, dot, 4);
       for (int r = 0; r < 4; ++r) ATTN_AT(dot, r) = hn::Zero(df);
-      const char* HWY_RESTRICT k = k_rows.Next();
-      if constexpr (kPrefetchK) PrefetchGroupRowAhead(k, k_row_bytes);
+      const char* HWY_RESTRICT k = c.k_rows.Next();
+      if constexpr (kPrefetchK) RequestRowAhead(c.k_ahead, c.ahead_end, k_row_bytes);
       for (int n = 0; n < V; ++n) {
         const VF kv = LoadRowVector<TK>(k, n);
         for (int r = 0; r < R; ++r) {
@@ -263,8 +278,8 @@ HWY_INLINE void NarrowRowGroupKeys(bool skip_hidden, const float* const* HWY_RES
       for (int r = 0; r < R; ++r) s_next[r][i] = scores[r];
     }
     if (i < keys) {
-      const char* HWY_RESTRICT v = v_rows.Next();
-      if constexpr (kPrefetchV) PrefetchGroupRowAhead(v, v_row_bytes);
+      const char* HWY_RESTRICT v = c.v_rows.Next();
+      if constexpr (kPrefetchV) RequestRowAhead(c.v_ahead, c.ahead_end, v_row_bytes);
       ATTN_VEC_ARRAY(VF, vv, V);
       for (int n = 0; n < V; ++n) ATTN_AT(vv, n) = LoadRowVector<TV>(v, n);
       for (int r = 0; r < RA; ++r) {
@@ -287,7 +302,7 @@ HWY_INLINE void NarrowRowGroupKeys(bool skip_hidden, const float* const* HWY_RES
       for (int n = 0; n < V; ++n) ATTN_AT2(acc_b, r, n) = hn::Load(df, o[RA + r] + n * N);
     }
     for (int64_t i = 0; i < keys; ++i) {
-      const char* HWY_RESTRICT v = v_again.Next();
+      const char* HWY_RESTRICT v = c.v_again.Next();
       ATTN_VEC_ARRAY(VF, vv, V);
       for (int n = 0; n < V; ++n) ATTN_AT(vv, n) = LoadRowVector<TV>(v, n);
       for (int r = 0; r < RB; ++r) {
@@ -313,16 +328,13 @@ HWY_INLINE void NarrowRowStep(int64_t vectors, bool skip_hidden,
                               const float* const* HWY_RESTRICT q,
                               const float* const* HWY_RESTRICT p, int64_t keys,
                               float* const* HWY_RESTRICT s_next, int64_t next_keys,
-                              float* const* HWY_RESTRICT o, KeyRowCursor& k_rows,
-                              KeyRowCursor& v_rows, KeyRowCursor& v_again) {
+                              float* const* HWY_RESTRICT o, RowWalkCursors& c) {
   auto step = [&](auto v_tag) {
     constexpr int V = decltype(v_tag)::value;
     if constexpr (R == 1) {
-      NarrowRowKeys<V, TK, TV>(skip_hidden, q[0], p[0], keys, s_next[0], next_keys, o[0], k_rows,
-                               v_rows);
+      NarrowRowKeys<V, TK, TV>(skip_hidden, q[0], p[0], keys, s_next[0], next_keys, o[0], c);
     } else {
-      NarrowRowGroupKeys<V, R, TK, TV>(skip_hidden, q, p, keys, s_next, next_keys, o, k_rows,
-                                       v_rows, v_again);
+      NarrowRowGroupKeys<V, R, TK, TV>(skip_hidden, q, p, keys, s_next, next_keys, o, c);
     }
   };
   if (vectors == 8) return step(std::integral_constant<int, 8>());
