@@ -131,15 +131,17 @@ HWY_INLINE VF LoadRowVector(const char* HWY_RESTRICT row, int64_t n) {
 // 99-104; float32 rows 0.82-0.89 against 0.86 (not kept); 1, 4 and 8 KiB
 // ahead for q8_0 76-78, 80-85 and 81 tokens/s against 83 at 2 KiB. On
 // Zen 4 (where the one-row walk's request was not measured) the same
-// request for widened bf16 group rows (4-64 keys ahead) changed nothing (bw_frac 0.41-0.45 against 0.42-0.43), and for float32 rows lost
-// 10% (0.47-0.51 against 0.53-0.59; +6% on the Intel Xeon), so float32
-// rows are not requested. Likely cause, not measured (no counters in
+// request for widened bf16 group rows (4-64 keys ahead) changed nothing
+// (bw_frac 0.41-0.45 against 0.42-0.43), and for float32 rows lost 10%
+// (0.47-0.51 against 0.53-0.59; +6% on the Intel Xeon), so float32 rows
+// are not requested. Likely cause, not measured (no counters in
 // these VMs): widening costs the 16-bit walk more instructions a byte, so
 // the out-of-order window holds fewer rows' loads in flight.
 constexpr int64_t kGroupPrefetchBytes = 2048;
 
-// Whether the one-row walk requests rows of T ahead: 16-bit and q8_0 rows
-// (narrow_row-inl.h's header: measured), not float32.
+// Whether the row walks request rows of T ahead: 16-bit and q8_0 rows, not
+// float32 (measured above). q8_0 reaches only the one-row walk
+// (NarrowRowWalks keeps q8_0 groups on the tiled walk).
 template <typename T>
 constexpr bool RowIsRequestedAhead() {
   return std::is_same_v<T, Q8_0Row> || sizeof(T) == 2;
@@ -201,8 +203,7 @@ HWY_INLINE void NarrowRowKeys(bool skip_hidden, const float* HWY_RESTRICT q, con
     ATTN_AT(acc, n) = hn::Load(df, o + n * N);
   }
   const int64_t steps = std::max(keys, next_keys);
-  // 16-bit and q8_0 rows are requested ahead (kGroupPrefetchBytes);
-  // float32 rows are not (above).
+  // 16-bit and q8_0 rows are requested ahead (RowIsRequestedAhead).
   constexpr bool kPrefetchK = RowIsRequestedAhead<TK>();
   constexpr bool kPrefetchV = RowIsRequestedAhead<TV>();
   const int64_t k_row_bytes = RowBytes<TK>(V * N), v_row_bytes = RowBytes<TV>(V * N);
@@ -252,9 +253,9 @@ HWY_INLINE void NarrowRowGroupKeys(bool skip_hidden, const float* const* HWY_RES
   constexpr int RA = 2;  // rows mixed beside the scores
   const DF df;
   const int64_t N = int64_t(hn::Lanes(df));
-  // 16-bit rows are requested ahead (kGroupPrefetchBytes).
-  constexpr bool kPrefetchK = !std::is_same_v<TK, Q8_0Row> && sizeof(TK) == 2;
-  constexpr bool kPrefetchV = !std::is_same_v<TV, Q8_0Row> && sizeof(TV) == 2;
+  // 16-bit rows are requested ahead (RowIsRequestedAhead).
+  constexpr bool kPrefetchK = RowIsRequestedAhead<TK>();
+  constexpr bool kPrefetchV = RowIsRequestedAhead<TV>();
   const int64_t k_row_bytes = RowBytes<TK>(V * N), v_row_bytes = RowBytes<TV>(V * N);
   ATTN_VEC_ARRAY2(VF, acc, RA, V);  // vec_array-inl.h
   for (int r = 0; r < RA; ++r) {
