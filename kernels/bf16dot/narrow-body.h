@@ -417,9 +417,9 @@ HWY_INLINE void PairNarrowRowMixPair(const uint16_t* HWY_RESTRICT even,
 // admits only k_stride == d), so the row kGroupPrefetchBytes ahead is whole.
 HWY_INLINE void PrefetchPairRowAhead(const uint16_t* HWY_RESTRICT row, int64_t row_elements) {
   const int64_t row_bytes = row_elements * int64_t(sizeof(uint16_t));
-  const char* ahead = reinterpret_cast<const char*>(row) +
-                      std::max<int64_t>(1, kGroupPrefetchBytes / row_bytes) * row_bytes;
-  for (int64_t byte = 0; byte < row_bytes; byte += 64) hwy::Prefetch(ahead + byte);
+  PrefetchRowLines(reinterpret_cast<const char*>(row) +
+                       std::max<int64_t>(1, kGroupPrefetchBytes / row_bytes) * row_bytes,
+                   row_bytes);
 }
 
 // qp: the rows' Q pairs (qp_stride words apart); pp: tile t's weight pairs

@@ -385,16 +385,19 @@ HWY_INLINE void NarrowScoreBlock(const NarrowScratch& scratch, int64_t row0, int
 // waits on memory once per row (decode with K/V in DRAM ran at ~7 GB/s on
 // Zen 3 without this), while the score pass reads K sequentially and the
 // hardware prefetcher keeps up with it.
+// Requests the cache lines of one row of row_bytes bytes: every 64 bytes,
+// and its last byte, whose line a row not aligned to 64 bytes also touches.
+HWY_INLINE void PrefetchRowLines(const char* HWY_RESTRICT row, int64_t row_bytes) {
+  for (int64_t byte = 0; byte < row_bytes; byte += 64) hwy::Prefetch(row + byte);
+  hwy::Prefetch(row + row_bytes - 1);
+}
+
 // Rows are `stride` elements of `type` apart, `cols` elements long.
 HWY_INLINE void PrefetchRows(const void* HWY_RESTRICT rows, DType type, int64_t stride,
                              int64_t count, int64_t cols) {
   const char* HWY_RESTRICT base = static_cast<const char*>(rows);
   const int64_t row_step = internal::BytesOf(type, stride), row_bytes = internal::BytesOf(type, cols);
-  for (int64_t j = 0; j < count; ++j) {
-    const char* HWY_RESTRICT row = base + j * row_step;
-    for (int64_t byte = 0; byte < row_bytes; byte += 64) hwy::Prefetch(row + byte);
-    hwy::Prefetch(row + row_bytes - 1);
-  }
+  for (int64_t j = 0; j < count; ++j) PrefetchRowLines(base + j * row_step, row_bytes);
 }
 
 // K rows are requested this many keys ahead of the score pass (into the

@@ -102,9 +102,7 @@ HWY_INLINE void PrefetchQ8_0Rows(const uint8_t* HWY_RESTRICT rows, int64_t row_s
     return;
   }
   for (int64_t j = 0; j < count; ++j) {
-    const uint8_t* HWY_RESTRICT row = rows + j * row_step;
-    for (int64_t byte = 0; byte < row_bytes; byte += 64) hwy::Prefetch(row + byte);
-    hwy::Prefetch(row + row_bytes - 1);
+    PrefetchRowLines(reinterpret_cast<const char*>(rows + j * row_step), row_bytes);
   }
 }
 

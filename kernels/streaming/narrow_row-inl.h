@@ -168,9 +168,7 @@ HWY_INLINE int64_t RowAheadKeys(DType type, int64_t d) {
 // unless the view ends first, and moves it on one key.
 HWY_INLINE void RequestRowAhead(KeyRowCursor& ahead, int64_t end, int64_t row_bytes) {
   if (ahead.key() >= end) return;
-  const char* HWY_RESTRICT row = ahead.Next();
-  for (int64_t byte = 0; byte < row_bytes; byte += 64) hwy::Prefetch(row + byte);
-  if (row_bytes % 64 != 0) hwy::Prefetch(row + row_bytes - 1);
+  PrefetchRowLines(ahead.Next(), row_bytes);
 }
 
 // The cursors of a row walk's view: K rows of the next tile, V rows of the
