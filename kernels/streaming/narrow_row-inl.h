@@ -61,7 +61,14 @@
 // (rows 0-1 still mixed beside the scores), float32 0.41-0.58 of the probe
 // against 0.52-0.70, bf16 0.38-0.49 against 0.40-0.58; software prefetch
 // (T0) of the K and V rows 4, 16 or 64 keys ahead, float32 0.47-0.51
-// against 0.53-0.59, bf16 0.41-0.45 against 0.42-0.43.
+// against 0.53-0.59, bf16 0.41-0.45 against 0.42-0.43; mixing rows 2-3
+// every 4 keys from the V rows just read (L1), o rows 2-3 loaded and
+// stored per 4 keys, instead of their second pass over the tile's V rows
+// from L2 (the same bits), so the walk has no phase without DRAM demand:
+// float32 T_k 32768 one thread 50-52 tok/s against 68-73 (bw_frac
+// 0.49 against 0.60-0.66), two threads 71-94 against 88-100, kv:f16 and
+// kv:bf16 T_k 4096 710-762 against 867-981: the extra o traffic costs more
+// than the second pass.
 #if defined(ATTN_KERNELS_STREAMING_NARROW_ROW_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_KERNELS_STREAMING_NARROW_ROW_INL_H_
 #undef ATTN_KERNELS_STREAMING_NARROW_ROW_INL_H_
