@@ -412,8 +412,13 @@ HWY_INLINE void PairNarrowRowMixPair(const uint16_t* HWY_RESTRICT even,
 // Hkv 8, d 128, all-bf16, builds with and without alternated three times:
 // from DRAM (T_k 32768) one thread 71-74 -> 87-93 tokens/s (bw_frac
 // 0.52-0.59 -> 0.69-0.71), two threads 154-159 -> 199-211; from L3 (T_k
-// 4096) unchanged. Not measured on Zen 4, where the widened walk's request
-// for bf16 rows changed nothing. Rows are adjacent (PairNarrowRowWalks
+// 4096) unchanged. On Zen 4 no distance (0 to 8 KiB) changed it
+// (narrow_row-inl.h, kGroupPrefetchBytes). Also tried there and not kept:
+// requesting the next tile's K and V rows (all of them, or its first half)
+// during the second pass over the tile's V rows (rows 2-3, a phase with no
+// reads from DRAM), GQA 32/8 T_k 32768, two rounds: one thread 73-75 and
+// 75-81 tokens/s against 73-88 without, two threads 120-144 and 132-148
+// against 101-169. Rows are adjacent (PairNarrowRowWalks
 // admits only k_stride == d), so the row kGroupPrefetchBytes ahead is whole.
 HWY_INLINE void PrefetchPairRowAhead(const uint16_t* HWY_RESTRICT row, int64_t row_elements) {
   const int64_t row_bytes = row_elements * int64_t(sizeof(uint16_t));
