@@ -68,7 +68,17 @@
 // float32 T_k 32768 one thread 50-52 tok/s against 68-73 (bw_frac
 // 0.49 against 0.60-0.66), two threads 71-94 against 88-100, kv:f16 and
 // kv:bf16 T_k 4096 710-762 against 867-981: the extra o traffic costs more
-// than the second pass.
+// than the second pass; requesting part of the next tile's V rows and the
+// K rows after them into L2 (prefetcht1) during that second pass, so that
+// DRAM stays busy while it runs, medians of 5 alternated rounds at T_k
+// 32768, one thread, float32 and kv:f16 tokens/s: a quarter of the tile
+// 65 and 98 against 65 and 93, a third 60 and 99, an eighth 67 and 93,
+// the whole tile 45-47 and 80-86 (two rounds): at most +5%, within the
+// spread of these rows. One head's group in L2 (768 keys) costs 29 ns a
+// key in float32 and 31 in f16 against 12.5-13 for one row: float32
+// groups could run at 35 GB/s from cache, above the probe, so theirs is a
+// memory-side loss; f16 groups at 16 GB/s from cache are bound by their
+// arithmetic.
 #if defined(ATTN_KERNELS_STREAMING_NARROW_ROW_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_KERNELS_STREAMING_NARROW_ROW_INL_H_
 #undef ATTN_KERNELS_STREAMING_NARROW_ROW_INL_H_
