@@ -56,29 +56,31 @@
 // unchanged (12.1-13.4 against 11.5-12.6: bound by the FMAs, see
 // narrow-inl.h), so they take it as well.
 // Tried for the group walk on the same VM and not kept (Hq 32 Hkv 8, T_k
-// 4096 and 32768, d = 128, alternated against this walk): scoring two keys
-// per load of each q vector, halving the walk's largest stream of loads
-// (rows 0-1 still mixed beside the scores), float32 0.41-0.58 of the probe
-// against 0.52-0.70, bf16 0.38-0.49 against 0.40-0.58; software prefetch
-// (T0) of the K and V rows 4, 16 or 64 keys ahead, float32 0.47-0.51
-// against 0.53-0.59, bf16 0.41-0.45 against 0.42-0.43; mixing rows 2-3
-// every 4 keys from the V rows just read (L1), o rows 2-3 loaded and
-// stored per 4 keys, instead of their second pass over the tile's V rows
-// from L2 (the same bits), so the walk has no phase without DRAM demand:
-// float32 T_k 32768 one thread 50-52 tok/s against 68-73 (bw_frac
-// 0.49 against 0.60-0.66), two threads 71-94 against 88-100, kv:f16 and
-// kv:bf16 T_k 4096 710-762 against 867-981: the extra o traffic costs more
-// than the second pass; requesting part of the next tile's V rows and the
-// K rows after them into L2 (prefetcht1) during that second pass, so that
-// DRAM stays busy while it runs, medians of 5 alternated rounds at T_k
-// 32768, one thread, float32 and kv:f16 tokens/s: a quarter of the tile
-// 65 and 98 against 65 and 93, a third 60 and 99, an eighth 67 and 93,
-// the whole tile 45-47 and 80-86 (two rounds): at most +5%, within the
-// spread of these rows. One head's group in L2 (768 keys) costs 29 ns a
-// key in float32 and 31 in f16 against 12.5-13 for one row: float32
-// groups could run at 35 GB/s from cache, above the probe, so theirs is a
-// memory-side loss; f16 groups at 16 GB/s from cache are bound by their
-// arithmetic.
+// 4096 and 32768, d = 128, alternated against this walk):
+// - scoring two keys per load of each q vector, halving the walk's largest
+//   stream of loads (rows 0-1 still mixed beside the scores): float32
+//   0.41-0.58 of the probe against 0.52-0.70, bf16 0.38-0.49 against
+//   0.40-0.58;
+// - software prefetch (T0) of the K and V rows 4, 16 or 64 keys ahead:
+//   float32 0.47-0.51 against 0.53-0.59, bf16 0.41-0.45 against 0.42-0.43;
+// - mixing rows 2-3 every 4 keys from the V rows just read (L1), their o
+//   loaded and stored per 4 keys, instead of the second pass over the
+//   tile's V rows from L2 (the same bits), so that no phase of the walk is
+//   without DRAM reads: float32 T_k 32768 one thread 50-52 tokens/s
+//   against 68-73 (bw_frac 0.49 against 0.60-0.66), two threads 71-94
+//   against 88-100, kv:f16 and kv:bf16 T_k 4096 710-762 against 867-981:
+//   the extra o traffic costs more than the second pass;
+// - requesting the first part of the next tile's V rows, and of the K rows
+//   after them, into L2 (prefetcht1) during that second pass, medians of 5
+//   alternated rounds at T_k 32768, one thread, float32 and kv:f16
+//   tokens/s: a quarter of the tile 65 and 98 against 65 and 93, a third
+//   60 and 99, an eighth 67 and 93, the whole tile 45-47 and 80-86 (two
+//   rounds): at most +5%, within the spread of these rows.
+// One head's group of 4 rows in L2 (768 keys, d = 128) costs 29 ns a key in
+// float32 and 31 in f16, against 12.5-13 for one row: float32 groups could
+// run at 35 GB/s from cache, above the probe, so what they lose from DRAM
+// is on the memory side; f16 groups, at 16 GB/s from cache, are bound by
+// their arithmetic.
 #if defined(ATTN_KERNELS_STREAMING_NARROW_ROW_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_KERNELS_STREAMING_NARROW_ROW_INL_H_
 #undef ATTN_KERNELS_STREAMING_NARROW_ROW_INL_H_
