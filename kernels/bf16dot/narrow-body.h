@@ -414,8 +414,8 @@ HWY_INLINE void PairNarrowRowMixPair(const uint16_t* HWY_RESTRICT even,
 // 0.52-0.59 -> 0.69-0.71), two threads 154-159 -> 199-211; from L3 (T_k
 // 4096) unchanged. On Zen 4 no distance (0 to 8 KiB) changed it
 // (narrow_row-inl.h, kGroupPrefetchBytes). Also tried there and not kept:
-// requesting the next tile's K and V rows (all of them, or its first half)
-// during the second pass over the tile's V rows (rows 2-3, a phase with no
+// requesting the next tile's K and V rows (all of them, or its first half;
+// prefetcht0, so into L1) during the second pass over the tile's V rows (rows 2-3, a phase with no
 // reads from DRAM), GQA 32/8 T_k 32768, two rounds: one thread 73-75 and
 // 75-81 tokens/s against 73-88 without, two threads 120-144 and 132-148
 // against 101-169. Rows are adjacent (PairNarrowRowWalks
