@@ -24,6 +24,8 @@
 #include "attn/attn.h"
 #include "attn/serving.h"
 #include "bench/peak.h"
+#include "bench/widen_probe.h"
+#include "hwy/aligned_allocator.h"
 #ifdef ATTN_BENCH_HAVE_BLAS
 #include "bench/blas_baseline.h"
 #endif
@@ -1144,6 +1146,79 @@ std::vector<ServingRow> ServingRows() {
   return rows;
 }
 
+// widen/ rows (widen_probe.h): a decode step's arithmetic per element of
+// each K/V type, from L1, one thread. Counters: Gelem_s (elements widened
+// and multiplied per second), fma_frac (2 FLOPs per element and query row
+// against the FP32 FMA peak: what the widening costs beside the FMAs),
+// GBps (those elements' bytes of the type per second) and bw_ratio (GBps
+// over the read probe). bw_ratio below 1 means that a decode step reading
+// the type from DRAM cannot keep up with memory on this core, whatever its
+// loads and prefetches: rows:1 for multi-head decode (a key's K and V rows
+// meet one query row each), rows:4 for a GQA group of 4.
+struct WidenRow {
+  attn::DType type = attn::DType::kF32;
+  int query_rows = 1;
+  std::string Name() const {
+    return std::string("widen/dtype:") + attn::DTypeName(type) + "/rows:" +
+           std::to_string(query_rows) + "/threads:1";
+  }
+};
+
+std::vector<WidenRow> WidenRows() {
+  std::vector<WidenRow> rows;
+  for (int query_rows : {1, 4}) {
+    for (attn::DType type :
+         {attn::DType::kF32, attn::DType::kBF16, attn::DType::kF16, attn::DType::kQ8_0}) {
+      rows.push_back(WidenRow{type, query_rows});
+    }
+  }
+  return rows;
+}
+
+void RunWidenRow(benchmark::State& state, const WidenRow& row) {
+  if (!g_peak_gflops.count(1)) {
+    const attn_bench::Peak peak = attn_bench::MeasurePeak(1);
+    g_peak_gflops[1] = peak.gflops;
+    ReportProbe("FP32 FMA peak", "GFLOP/s", 1, peak);
+  }
+  EnsureReadProbe(1);
+  // 32 keys: 16 KiB of float32 rows at 128 elements, within every L1 here.
+  const int64_t elements = attn_bench::WidenProbeRowElements(), keys = 32, passes = 256;
+  const int64_t row_bytes = attn::DTypeBytes(row.type, elements);
+  // Rows and q start on a cache line (hwy::AllocateAligned), as a cache's
+  // rows do: float32 rows 16 bytes off a line ran at 0.58 of the FMA peak
+  // against 0.98 aligned (every vector load then spans two lines).
+  Buffer values(row.type, size_t(keys * elements), 5);
+  const hwy::AlignedFreeUniquePtr<uint8_t[]> rows = hwy::AllocateAligned<uint8_t>(size_t(keys * row_bytes));
+  std::memcpy(rows.get(), values.data(), size_t(keys * row_bytes));
+  // q: 4 query rows of float32.
+  const std::vector<float> q_values = RandomUniform(size_t(4 * elements), 6);
+  const hwy::AlignedFreeUniquePtr<float[]> q = hwy::AllocateAligned<float>(q_values.size());
+  std::copy(q_values.begin(), q_values.end(), q.get());
+  float sink = attn_bench::WidenDot(row.type, row.query_rows, rows.get(), row_bytes, keys, q.get(), 1);
+  if (sink == -1.0f) {
+    state.SkipWithError("q8_0: this target's vectors do not tile a 32-element block");
+    return;
+  }
+  const LoopClock clock;
+  for (auto _ : state) {
+    sink += attn_bench::WidenDot(row.type, row.query_rows, rows.get(), row_bytes, keys, q.get(), passes);
+    benchmark::DoNotOptimize(sink);
+  }
+  const double seconds = clock.CpuSeconds();
+  if (state.iterations() == 0 || seconds <= 0.0) return;
+  const double per_iteration = double(keys * elements * passes);
+  const double elements_per_s = per_iteration * double(state.iterations()) / seconds;
+  const double gbps = elements_per_s * double(row_bytes) / double(elements) * 1e-9;
+  state.counters["Gelem_s"] = benchmark::Counter(elements_per_s * 1e-9);
+  state.counters["GBps"] = benchmark::Counter(gbps);
+  if (g_peak_gflops[1] > 0.0) {
+    state.counters["fma_frac"] = benchmark::Counter(2.0 * row.query_rows * elements_per_s * 1e-9 /
+                                                    g_peak_gflops[1]);
+  }
+  if (g_read_gbps[1] > 0.0) state.counters["bw_ratio"] = benchmark::Counter(gbps / g_read_gbps[1]);
+}
+
 bool HasFlag(int argc, char** argv, const char* prefix) {
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], prefix, std::strlen(prefix)) == 0) return true;
@@ -1220,6 +1295,11 @@ int main(int argc, char** argv) {
         ->ComputeStatistics("max", [](const std::vector<double>& v) {
           return v.empty() ? 0.0 : *std::max_element(v.begin(), v.end());
         });
+  }
+  for (const WidenRow& r : WidenRows()) {
+    benchmark::RegisterBenchmark(r.Name().c_str(),
+                                 [r](benchmark::State& state) { RunWidenRow(state, r); })
+        ->Unit(benchmark::kMicrosecond);
   }
   benchmark::Initialize(&args_count, args.data());
   if (benchmark::ReportUnrecognizedArguments(args_count, args.data())) return 1;
