@@ -150,13 +150,16 @@ void ReportProbe(const char* what, const char* unit, int n, const attn_bench::Pe
 // the rows that run pay for probes, with no copy of --benchmark_filter's
 // rule (bench/peers/compare.py starts one attn-bench per shape and thread
 // count, and each would otherwise pay for every count's probes).
+void EnsurePeakProbe(int n) {
+  if (g_peak_gflops.count(n)) return;
+  const attn_bench::Peak peak = attn_bench::MeasurePeak(n);
+  g_peak_gflops[n] = peak.gflops;
+  ReportProbe("FP32 FMA peak", "GFLOP/s", n, peak);
+}
+
 void EnsureProbes(const Case& c) {
   const int n = c.threads;
-  if (!g_peak_gflops.count(n)) {
-    const attn_bench::Peak peak = attn_bench::MeasurePeak(n);
-    g_peak_gflops[n] = peak.gflops;
-    ReportProbe("FP32 FMA peak", "GFLOP/s", n, peak);
-  }
+  EnsurePeakProbe(n);
   if (!c.dot_path.empty() && !g_dot_path_gflops.count({c.dot_path, n})) {
     const attn_bench::Peak peak = c.dot_path == "amx" ? attn_bench::MeasureAmxPeak(n)
                                                       : attn_bench::MeasureBf16DotPeak(n);
@@ -1176,11 +1179,7 @@ std::vector<WidenRow> WidenRows() {
 }
 
 void RunWidenRow(benchmark::State& state, const WidenRow& row) {
-  if (!g_peak_gflops.count(1)) {
-    const attn_bench::Peak peak = attn_bench::MeasurePeak(1);
-    g_peak_gflops[1] = peak.gflops;
-    ReportProbe("FP32 FMA peak", "GFLOP/s", 1, peak);
-  }
+  EnsurePeakProbe(1);
   EnsureReadProbe(1);
   // 32 keys: 16 KiB of float32 rows at 128 elements, within every L1 here.
   const int64_t elements = attn_bench::WidenProbeRowElements(), keys = 32, passes = 256;
