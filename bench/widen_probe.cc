@@ -2,10 +2,10 @@
 //
 // What a decode step's arithmetic costs per element of each K/V type, with
 // memory out of the picture: rows of an L1-resident buffer, each element
-// loaded and widened exactly as the decode walks widen it (widen-inl.h:
-// LoadWide for float32, bf16 and f16; a q8_0 block's int8 values
-// converted and multiplied by its scale, as narrow_row-inl.h's
-// LoadRowVector), then multiplied into float32 accumulators:
+// loaded and widened by the decode row walks' own LoadRowVector
+// (widen-inl.h: float32, bf16 and f16 through LoadWide; a q8_0 block's
+// int8 values converted and multiplied by its scale), then multiplied into
+// float32 accumulators:
 // - one query row (multi-head decode, narrow_row-inl.h's NarrowRowKeys):
 //   q's 8 vectors in registers, one FMA per widened vector;
 // - four query rows (a GQA group of 4, NarrowRowGroupKeys' scores): each
@@ -20,13 +20,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include <type_traits>
-
 #include "attn/attn.h"  // DType
 #include "hwy/highway.h"
-#include "kernels/common/convert.h"         // kQ8_0BlockElements, kQ8_0BlockBytes
 #include "kernels/common/vec_array-inl.h"   // ATTN_VEC_ARRAY, ATTN_AT
-#include "kernels/common/widen-inl.h"       // LoadWide, LoadQ8_0Ints, Q8_0ScaleVec
+#include "kernels/common/widen-inl.h"       // LoadRowVector, Q8_0Row, Q8_0VectorsTileBlocks
 
 HWY_BEFORE_NAMESPACE();
 namespace attn_bench {
@@ -38,29 +35,11 @@ using VF = hn::Vec<DF>;
 // Vectors of a probe row (d = 8 vectors: 128 elements on AVX-512, 64 on AVX2).
 constexpr int kRowVectors = 8;
 
-// Vector n of a row of T (q8_0: tag int8_t, the row's 34-byte blocks), as
-// narrow_row-inl.h's LoadRowVector takes it: a q8_0 vector's int8 values
-// times its block's scale, broadcast and widened per vector.
-template <typename T>
-HWY_INLINE VF LoadProbeVector(DF df, const uint8_t* HWY_RESTRICT row, int64_t n) {
-  const int64_t N = int64_t(hn::Lanes(df));
-  if constexpr (std::is_same_v<T, int8_t>) {
-    constexpr int64_t kBlock = attn::internal::kQ8_0BlockElements;
-    const int64_t col = n * N;
-    const uint8_t* HWY_RESTRICT block = row + col / kBlock * attn::internal::kQ8_0BlockBytes;
-    return hn::Mul(attn::HWY_NAMESPACE::LoadQ8_0Ints(df, block + 2 + col % kBlock),
-                   attn::HWY_NAMESPACE::Q8_0ScaleVec(
-                       df, reinterpret_cast<const attn::HWY_NAMESPACE::Q8_0Block*>(block)));
-  } else {
-    return attn::HWY_NAMESPACE::LoadWide(df, reinterpret_cast<const T*>(row) + n * N);
-  }
-}
-
 // One query row: `keys` rows of row_bytes bytes, `passes` times, KB keys'
 // dot products in flight (32 vector registers on AVX-512 hold q, 8
 // accumulators and the loads; 16 elsewhere, 4 accumulators).
 template <typename T>
-HWY_INLINE float OneRow(const uint8_t* HWY_RESTRICT rows, int64_t row_bytes, int64_t keys,
+HWY_INLINE float OneRow(const char* HWY_RESTRICT rows, int64_t row_bytes, int64_t keys,
                         const float* HWY_RESTRICT q, int64_t passes) {
   const DF df;
   const int64_t N = int64_t(hn::Lanes(df));
@@ -79,7 +58,7 @@ HWY_INLINE float OneRow(const uint8_t* HWY_RESTRICT rows, int64_t row_bytes, int
       // keys' chains are independent, so the core overlaps them).
       for (int b = 0; b < KB; ++b) {
         for (int n = 0; n < kRowVectors; ++n) {
-          const VF k = LoadProbeVector<T>(df, rows + (j + b) * row_bytes, n);
+          const VF k = attn::HWY_NAMESPACE::LoadRowVector<T>(rows + (j + b) * row_bytes, n);
           ATTN_AT(acc, b) = hn::MulAdd(ATTN_AT(qv, n), k, ATTN_AT(acc, b));
         }
       }
@@ -93,7 +72,7 @@ HWY_INLINE float OneRow(const uint8_t* HWY_RESTRICT rows, int64_t row_bytes, int
 // Four query rows: each widened vector of 2 keys at a time into 4 rows'
 // accumulators, q vectors from L1 (4 rows x 8 vectors).
 template <typename T>
-HWY_INLINE float FourRows(const uint8_t* HWY_RESTRICT rows, int64_t row_bytes, int64_t keys,
+HWY_INLINE float FourRows(const char* HWY_RESTRICT rows, int64_t row_bytes, int64_t keys,
                           const float* HWY_RESTRICT q, int64_t passes) {
   const DF df;
   const int64_t N = int64_t(hn::Lanes(df));
@@ -104,7 +83,7 @@ HWY_INLINE float FourRows(const uint8_t* HWY_RESTRICT rows, int64_t row_bytes, i
     for (int64_t j = 0; j + KB <= keys; j += KB) {
       for (int n = 0; n < kRowVectors; ++n) {
         for (int b = 0; b < KB; ++b) {
-          const VF k = LoadProbeVector<T>(df, rows + (j + b) * row_bytes, n);
+          const VF k = attn::HWY_NAMESPACE::LoadRowVector<T>(rows + (j + b) * row_bytes, n);
           for (int r = 0; r < R; ++r) {
             ATTN_AT(acc, b * R + r) =
                 hn::MulAdd(hn::Load(df, q + (r * kRowVectors + n) * N), k, ATTN_AT(acc, b * R + r));
@@ -122,7 +101,7 @@ int64_t RowElementsImpl() { return kRowVectors * int64_t(hn::Lanes(DF())); }
 
 float WidenDotImpl(attn::DType type, int query_rows, const void* rows, int64_t row_bytes,
                    int64_t keys, const float* q, int64_t passes) {
-  const uint8_t* HWY_RESTRICT bytes = static_cast<const uint8_t*>(rows);
+  const char* HWY_RESTRICT bytes = static_cast<const char*>(rows);
   auto run = [&](auto tag) {
     using T = decltype(tag);
     return query_rows == 4 ? FourRows<T>(bytes, row_bytes, keys, q, passes)
@@ -135,7 +114,7 @@ float WidenDotImpl(attn::DType type, int query_rows, const void* rows, int64_t r
       // Whole vectors tile a 32-element block on every fixed-width target;
       // a scalable vector that does not (say 12 lanes) has no q8_0 row.
       if (!attn::HWY_NAMESPACE::Q8_0VectorsTileBlocks(DF())) return -1.0f;
-      return run(int8_t());
+      return run(attn::HWY_NAMESPACE::Q8_0Row());
     case attn::DType::kF32: break;
   }
   return run(float());

@@ -99,7 +99,7 @@
 #include "kernels/common/microkernels-inl.h"  // DF, VF, IsHiddenWeight
 #include "kernels/common/vec_array-inl.h"     // ATTN_VEC_ARRAY, ATTN_AT
 #include "kernels/common/convert.h"          // kQ8_0BlockElements, kQ8_0BlockBytes
-#include "kernels/common/widen-inl.h"         // LoadWide, LoadQ8_0Ints, Q8_0ScaleVec
+#include "kernels/common/widen-inl.h"         // Q8_0Row, LoadRowVector
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
@@ -112,29 +112,6 @@ namespace HWY_NAMESPACE {
 // tiles of 32, 64, 128 and 256 keys; from L2 at 0.73, 0.81, 0.83 and 0.81
 // (AMD EPYC Zen 4, one process alternating the probe and the kernel).
 constexpr int64_t kNarrowRowTileKeys = 256;
-
-// The row walk's element type for ggml's q8_0 rows (34-byte blocks of 32
-// int8 and a binary16 scale).
-struct Q8_0Row {};
-
-// Vector n of a row (elements n·N .. n·N + N - 1) as float32: widened
-// exactly (LoadWide), or a q8_0 row's int8 values times their block's
-// scale (exact in float32; the values narrow_q8-inl.h's passes compute).
-template <typename T>
-HWY_INLINE VF LoadRowVector(const char* HWY_RESTRICT row, int64_t n) {
-  const DF df;
-  const int64_t N = int64_t(hn::Lanes(df));
-  if constexpr (std::is_same_v<T, Q8_0Row>) {
-    constexpr int64_t kBlock = internal::kQ8_0BlockElements;
-    const int64_t col = n * N;
-    const uint8_t* HWY_RESTRICT block =
-        reinterpret_cast<const uint8_t*>(row) + col / kBlock * internal::kQ8_0BlockBytes;
-    return hn::Mul(LoadQ8_0Ints(df, block + 2 + col % kBlock),
-                   Q8_0ScaleVec(df, reinterpret_cast<const Q8_0Block*>(block)));
-  } else {
-    return LoadWide(df, reinterpret_cast<const T*>(row) + n * N);
-  }
-}
 
 // How far ahead the row walks request 16-bit (and q8_0) K and V rows: 2 KiB (8
 // rows at d = 128). Measured on Intel Xeon (family 6 model 167, AMX; 2-core
