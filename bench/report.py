@@ -330,6 +330,39 @@ def decode_pivot(f, meta):
     return out
 
 
+def widen_pivot(f, meta):
+    """attn-bench's widen rows (`widen/dtype:T/rows:R/threads:1`): a decode
+    step's arithmetic per element of each K/V type, from L1, against the FMA
+    peak and the read probe of the same process."""
+    rows = bench_rows(meta["data"])
+    cells = {}
+    for name, b in rows.items():
+        m = re.match(r"widen/dtype:(\w+)/rows:(\d+)/threads:1$", name)
+        if m and "Gelem_s" in b:
+            cells[(m.group(1), int(m.group(2)))] = b
+    if not cells:
+        return []
+    counts = sorted({r for _, r in cells})
+    trs = []
+    for t in ("f32", "bf16", "f16", "q8_0"):
+        if not any((t, r) in cells for r in counts):
+            continue
+        row = [t]
+        for r in counts:
+            b = cells.get((t, r))
+            row.append(f"{b['Gelem_s']:.1f}, {b['fma_frac']:.2f}, {b['bw_ratio']:.2f}"
+                       if b and "fma_frac" in b and "bw_ratio" in b else "-")
+        trs.append(row)
+    return [f"attn-bench, `{f}` ({meta_line(meta)}): a decode step's arithmetic alone, one thread, "
+            "rows of the type in L1 widened as the decode row walks widen them and multiplied into "
+            "float32 accumulators for R query rows (1: multi-head decode; 4: a GQA group of 4); "
+            "G elements per second, best repetition, then fma_frac (over the FMA peak) and bw_ratio "
+            "(the type's bytes per second over the read probe): a decode step reading the type from "
+            "DRAM reaches at most bw_ratio of the read bandwidth on this core."
+            + (f" {meta['note']}." if meta.get("note") else ""), ""] + table(
+        ["type"] + [f"rows:{r}" for r in counts], trs) + [""]
+
+
 # ---------------------------------------------------------------- sections
 
 def cpu_title(kind):
@@ -399,6 +432,9 @@ def section(kind):
         if drows:
             dec += [f"Regression baseline `{kind['baseline_path']}` ({b.get('made')}): " +
                     "; ".join(f"`{n}` bw_frac {r['bw_frac']:.2f}" for n, r in drows) + ".", ""]
+    widen = [line for f, m in benches for line in widen_pivot(f, m)]
+    if widen:
+        dec += ["What bounds decode on one core (docs/performance.md):", ""] + widen
     if dec:
         out += ["### Decode", ""] + dec
 

@@ -50,6 +50,19 @@ class ReportTest(unittest.TestCase):
                     return kind, f
         self.skipTest(f"no committed {suffix} file")
 
+    def test_widen_rows_become_a_table_of_their_counters(self):
+        def row(t, r, g, f, w):
+            return {"name": f"widen/dtype:{t}/rows:{r}/threads:1", "run_type": "iteration",
+                    "Gelem_s": g, "fma_frac": f, "bw_ratio": w}
+        meta = {"date": "d", "commit": "c",
+                "data": {"benchmarks": [row("f16", 1, 29.6, 0.51, 2.05), row("q8_0", 1, 18.1, 0.31, 0.66),
+                                        row("f16", 4, 14.0, 0.96, 0.97)]}}
+        text = "\n".join(report.widen_pivot("x.json", meta))
+        self.assertIn("| type | rows:1 | rows:4 |", text)
+        self.assertIn("| f16 | 29.6, 0.51, 2.05 | 14.0, 0.96, 0.97 |", text)
+        self.assertIn("| q8_0 | 18.1, 0.31, 0.66 | - |", text)
+        self.assertEqual(report.widen_pivot("x.json", {"data": {"benchmarks": []}}), [])
+
     def test_committed_results_match_the_data(self):
         r = self.run_report("--check")
         self.assertEqual(r.returncode, 0, r.stderr)
