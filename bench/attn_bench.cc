@@ -145,11 +145,8 @@ void ReportProbe(const char* what, const char* unit, int n, const attn_bench::Pe
                what, n, n == 1 ? "" : "s", probe.gflops, unit, probe.wall_gflops, unit);
 }
 
-// The probes a row needs, each run once per thread count when the first
-// row needing it runs (before its timed loop): only the thread counts of
-// the rows that run pay for probes, with no copy of --benchmark_filter's
-// rule (bench/peers/compare.py starts one attn-bench per shape and thread
-// count, and each would otherwise pay for every count's probes).
+// The FMA peak of n threads, measured once, before the first row of n
+// threads that needs it.
 void EnsurePeakProbe(int n) {
   if (g_peak_gflops.count(n)) return;
   const attn_bench::Peak peak = attn_bench::MeasurePeak(n);
@@ -157,6 +154,11 @@ void EnsurePeakProbe(int n) {
   ReportProbe("FP32 FMA peak", "GFLOP/s", n, peak);
 }
 
+// The probes a row needs, each run once per thread count when the first
+// row needing it runs (before its timed loop): only the thread counts of
+// the rows that run pay for probes, with no copy of --benchmark_filter's
+// rule (bench/peers/compare.py starts one attn-bench per shape and thread
+// count, and each would otherwise pay for every count's probes).
 void EnsureProbes(const Case& c) {
   const int n = c.threads;
   EnsurePeakProbe(n);
@@ -1186,22 +1188,26 @@ void RunWidenRow(benchmark::State& state, const WidenRow& row) {
   const int64_t row_bytes = attn::DTypeBytes(row.type, elements);
   // Rows and q start on a cache line (hwy::AllocateAligned), as a cache's
   // rows do: float32 rows 16 bytes off a line ran at 0.58 of the FMA peak
-  // against 0.98 aligned (every vector load then spans two lines).
+  // against 0.90 on a line (AMD EPYC Zen 4; every vector load then spans
+  // two lines).
   Buffer values(row.type, size_t(keys * elements), 5);
-  const hwy::AlignedFreeUniquePtr<uint8_t[]> rows = hwy::AllocateAligned<uint8_t>(size_t(keys * row_bytes));
+  const hwy::AlignedFreeUniquePtr<uint8_t[]> rows =
+      hwy::AllocateAligned<uint8_t>(size_t(keys * row_bytes));
   std::memcpy(rows.get(), values.data(), size_t(keys * row_bytes));
   // q: 4 query rows of float32.
   const std::vector<float> q_values = RandomUniform(size_t(4 * elements), 6);
   const hwy::AlignedFreeUniquePtr<float[]> q = hwy::AllocateAligned<float>(q_values.size());
   std::copy(q_values.begin(), q_values.end(), q.get());
-  float sink = attn_bench::WidenDot(row.type, row.query_rows, rows.get(), row_bytes, keys, q.get(), 1);
+  float sink =
+      attn_bench::WidenDot(row.type, row.query_rows, rows.get(), row_bytes, keys, q.get(), 1);
   if (sink == -1.0f) {
     state.SkipWithError("q8_0: this target's vectors do not tile a 32-element block");
     return;
   }
   const LoopClock clock;
   for (auto _ : state) {
-    sink += attn_bench::WidenDot(row.type, row.query_rows, rows.get(), row_bytes, keys, q.get(), passes);
+    sink += attn_bench::WidenDot(row.type, row.query_rows, rows.get(), row_bytes, keys, q.get(),
+                                 passes);
     benchmark::DoNotOptimize(sink);
   }
   const double seconds = clock.CpuSeconds();
