@@ -69,8 +69,8 @@ HWY_INLINE float OneRow(const char* HWY_RESTRICT rows, int64_t row_bytes, int64_
   return hn::GetLane(hn::SumOfLanes(df, sum));
 }
 
-// Four query rows: each widened vector of 2 keys at a time into 4 rows'
-// accumulators, q vectors from L1 (4 rows x 8 vectors).
+// Four query rows: each widened vector into 4 rows' accumulators, 2 keys'
+// at a time, q vectors from L1 (4 rows x 8 vectors).
 template <typename T>
 HWY_INLINE float FourRows(const char* HWY_RESTRICT rows, int64_t row_bytes, int64_t keys,
                           const float* HWY_RESTRICT q, int64_t passes) {
@@ -81,8 +81,9 @@ HWY_INLINE float FourRows(const char* HWY_RESTRICT rows, int64_t row_bytes, int6
   for (int i = 0; i < KB * R; ++i) ATTN_AT(acc, i) = hn::Zero(df);
   for (int64_t pass = 0; pass < passes; ++pass) {
     for (int64_t j = 0; j + KB <= keys; j += KB) {
-      for (int n = 0; n < kRowVectors; ++n) {
-        for (int b = 0; b < KB; ++b) {
+      // Each key's vectors in order, as the group walk reads a K row.
+      for (int b = 0; b < KB; ++b) {
+        for (int n = 0; n < kRowVectors; ++n) {
           const VF k = attn::HWY_NAMESPACE::LoadRowVector<T>(rows + (j + b) * row_bytes, n);
           for (int r = 0; r < R; ++r) {
             ATTN_AT(acc, b * R + r) =
