@@ -766,6 +766,22 @@ std::vector<Case> DefaultCases() {
     }
   }
 
+  // GQA decode at d = 64 (the head size of Llama 3.2 1B and TinyLlama, 32
+  // query heads over 8 kv heads here), float32 and a 16-bit cache: there a
+  // group of 4 rows keeps its output in registers for the whole row walk
+  // (kernels/streaming/narrow_row-inl.h), unlike at d = 128.
+  for (const Kernel* kern : decode16) {
+    for (attn::DType kv : {attn::DType::kF32, attn::DType::kBF16, attn::DType::kF16}) {
+      Case c;
+      c.kind = Case::Kind::kDecode;
+      c.T = 32768;
+      c.d = 64;
+      c.q_heads = 32;
+      c.kv_heads = 8;
+      add16(c, *kern, attn::DType::kF32, kv);
+    }
+  }
+
 #ifdef ATTN_BENCH_HAVE_BLAS
   // Last, so OpenBLAS's worker threads never idle-spin during attn cases.
   const Kernel blas = {"blas", attn::KernelId::kAuto, multi, false};

@@ -240,19 +240,41 @@ HWY_INLINE void NarrowRowKeys(bool skip_hidden, const float* HWY_RESTRICT q, con
   for (int n = 0; n < V; ++n) hn::Store(ATTN_AT(acc, n), df, o + n * N);
 }
 
+// Output vectors a group's one-pass row walk may keep in registers: half
+// of x86's 16 below AVX-512, half of the 32 of AVX-512, NEON and SVE.
+// Groups of 4 at d = 64 on AVX-512 (16 vectors) went from two passes to
+// one: AMD EPYC Zen 4, attn-bench streaming/decode Hq 32 Hkv 8, T_k 32768,
+// d = 64, one thread, the two builds alternated in three rounds: float32
+// 88-132 -> 141-152 tokens/s (bw_frac 0.41-0.60 -> 0.65-0.77), kv:bf16
+// 153-179 -> 185-193, kv:f16 156-175 -> 173-191; a standalone loop of the
+// two-pass order reads DRAM at 0.64-0.73 of the probe, its first pass
+// alone at 0.85-0.86 (docs/performance.md). At d = 128 (32 vectors) the
+// walk keeps two passes.
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
+constexpr int kRowWalkOutputVectors = 8;
+#else
+constexpr int kRowWalkOutputVectors = 16;
+#endif
+
 // The row walk for a view of R rows (2 or 4: a GQA group sharing each K/V
 // row): as NarrowRowKeys, with each K row's R dot products (q from L1)
-// reduced together, one score per row; the mix of rows 0 and 1 beside the
-// scores, their o in registers; rows 2 and 3 then mixed over the tile's V
-// rows again (v_again, from L1: the tile's V rows were just read). Per row
-// and column the operations of the tiled walk in its order, so its bits.
+// reduced together, one score per row; the mix beside the scores, o in
+// registers, of every row where the group's outputs fit
+// (kRowWalkOutputVectors), else of rows 0 and 1, rows 2 and 3 then mixed
+// over the tile's V rows again (v_again, from L2: the tile's V rows were
+// just read). Per row and column the operations of the tiled walk in its
+// order, so its bits.
 template <int V, int R, typename TK, typename TV>
 HWY_INLINE void NarrowRowGroupKeys(bool skip_hidden, const float* const* HWY_RESTRICT q,
                                    const float* const* HWY_RESTRICT p, int64_t keys,
                                    float* const* HWY_RESTRICT s_next, int64_t next_keys,
                                    float* const* HWY_RESTRICT o, RowWalkCursors& c) {
   static_assert(R >= 2 && R <= 4, "a group of 2 to 4 rows");
-  constexpr int RA = 2;  // rows mixed beside the scores
+  // Rows mixed beside the scores: all of them where their outputs fit in
+  // half the vector registers (a group of 4 at d = 64 on AVX-512: 16), so
+  // the walk reads K and V once in one pass; otherwise rows 0-1, and rows
+  // 2-3 over the tile's V rows again.
+  constexpr int RA = R * V <= kRowWalkOutputVectors ? R : 2;
   const DF df;
   const int64_t N = int64_t(hn::Lanes(df));
   // 16-bit rows are requested ahead (RowIsRequestedAhead).
