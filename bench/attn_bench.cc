@@ -767,9 +767,10 @@ std::vector<Case> DefaultCases() {
   }
 
   // GQA decode at d = 64 (the head size of Llama 3.2 1B and TinyLlama, 32
-  // query heads over 8 kv heads here), float32 and a 16-bit cache: there a
-  // group of 4 rows keeps its output in registers for the whole row walk
-  // (kernels/streaming/narrow_row-inl.h), unlike at d = 128.
+  // query heads over 8 kv heads here), float32, a 16-bit cache and all
+  // bf16: there a group of 4 rows keeps its output in registers for the
+  // whole row walk (kernels/streaming/narrow_row-inl.h,
+  // kernels/bf16dot/narrow-body.h), unlike at d = 128.
   for (const Kernel* kern : decode16) {
     for (attn::DType kv : {attn::DType::kF32, attn::DType::kBF16, attn::DType::kF16}) {
       Case c;
@@ -779,6 +780,7 @@ std::vector<Case> DefaultCases() {
       c.q_heads = 32;
       c.kv_heads = 8;
       add16(c, *kern, attn::DType::kF32, kv);
+      if (kv == attn::DType::kBF16) add16(c, *kern, kv, kv);
     }
   }
 

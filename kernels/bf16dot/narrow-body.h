@@ -348,10 +348,11 @@ HWY_INLINE void PairNarrowGroupTile(const internal::HeadView& h, NarrowScratch& 
 }
 
 // The row walk's mix of one pair of V rows (even, and odd or null for a
-// tile's last key without a pair) into two rows' accumulators acc (2 x
-// 2·VP vectors in PairLayout, row major) with their weight pairs w[0], w[1]:
-// the operations of PairNarrowMixChunk for that pair, per lane in its order.
-template <int VP>
+// tile's last key without a pair) into RM rows' accumulators acc (RM x
+// 2·VP vectors in PairLayout, row major) with their weight pairs
+// w[0..RM): the operations of PairNarrowMixChunk for that pair, per lane
+// in its order.
+template <int VP, int RM>
 HWY_INLINE void PairNarrowRowMixPair(const uint16_t* HWY_RESTRICT even,
                                      const uint16_t* HWY_RESTRICT odd,
                                      const uint32_t* HWY_RESTRICT w,
@@ -365,7 +366,7 @@ HWY_INLINE void PairNarrowRowMixPair(const uint16_t* HWY_RESTRICT even,
     const auto b = odd ? hn::LoadU(dh, odd + ch * 2 * N) : hn::Zero(dh);
     const VPairU lo = hn::BitCast(du, hn::InterleaveLower(dh, a, b));
     const VPairU hi = hn::BitCast(du, hn::InterleaveUpper(dh, a, b));
-    for (int r = 0; r < 2; ++r) {
+    for (int r = 0; r < RM; ++r) {
       const VPairU wr = hn::Set(du, w[r]);
       ATTN_AT(acc, r * OV + 2 * ch) = Dot::PairDot(ATTN_AT(acc, r * OV + 2 * ch), wr, lo);
       ATTN_AT(acc, r * OV + 2 * ch + 1) = Dot::PairDot(ATTN_AT(acc, r * OV + 2 * ch + 1), wr, hi);
@@ -378,10 +379,11 @@ HWY_INLINE void PairNarrowRowMixPair(const uint16_t* HWY_RESTRICT even,
 // in memory (no pages), d = dv of VP = 2 or 4 whole vectors of bf16 pairs
 // (64 or 128 on AVX-512): one step mixes tile t's key pairs beside the
 // scores of tile t + 1, a K row and a pair of V rows at a time, so K and V
-// are two sequential streams read once, each row whole, with rows 0 and
-// 1's output accumulators (up to 16 vectors) in registers for the tile;
-// the other rows are then mixed two at a time over the tile's V rows again
-// (from L2). Per score and per output lane the operations of the tiled
+// are two sequential streams read once, each row whole, with the output
+// accumulators in registers for the tile: every row's where they fit in
+// 16 vectors (4 rows at d = 64: one pass over K and V), else rows 0 and
+// 1's, the other rows then mixed two at a time over the tile's V rows
+// again (from L2). Per score and per output lane the operations of the tiled
 // walk (PairNarrowScoreBlock, PairNarrowMixChunk) in its order, so its bits
 // at equal tiles (tests/narrow_pipeline_test.cc).
 //
@@ -445,10 +447,12 @@ HWY_INLINE void PairNarrowRowGroupKeys(const internal::HeadView& h,
   const int64_t N = int64_t(hn::Lanes(du));
   const int64_t k_stride = h.k_stride, v_stride = h.v_stride;
   const float scale = h.scale;
-  // Two rows' output accumulators: rows 0 and 1 beside the scores, then
-  // the others two at a time.
-  ATTN_VEC_ARRAY(VPairF, acc, 2 * OV);  // vec_array-inl.h; row r at r·OV
-  for (int r = 0; r < 2; ++r) {
+  // Rows mixed beside the scores: all of them where their outputs fit in
+  // 16 vectors (4 rows at d = 64), so K and V are read once in one pass;
+  // otherwise rows 0 and 1, then the others two at a time.
+  constexpr int RA = R * OV <= 16 ? R : 2;
+  ATTN_VEC_ARRAY(VPairF, acc, RA * OV);  // vec_array-inl.h; row r at r·OV
+  for (int r = 0; r < RA; ++r) {
     for (int n = 0; n < OV; ++n) ATTN_AT(acc, r * OV + n) = hn::Load(df, o[r] + n * N);
   }
   const int64_t steps = std::max((keys + 1) / 2 * 2, next_keys);
@@ -477,22 +481,23 @@ HWY_INLINE void PairNarrowRowGroupKeys(const internal::HeadView& h,
       const uint16_t* HWY_RESTRICT even = v + i * v_stride;
       PrefetchPairRowAhead(even, v_stride);
       PrefetchPairRowAhead(even + v_stride, v_stride);
-      const uint32_t w[2] = {pp[i / 2], pp[pp_stride + i / 2]};
-      PairNarrowRowMixPair<VP>(even, i + 1 < keys ? even + v_stride : nullptr, w, acc);
+      uint32_t w[RA];
+      for (int r = 0; r < RA; ++r) w[r] = pp[r * pp_stride + i / 2];
+      PairNarrowRowMixPair<VP, RA>(even, i + 1 < keys ? even + v_stride : nullptr, w, acc);
     }
   }
-  for (int r = 0; r < 2; ++r) {
+  for (int r = 0; r < RA; ++r) {
     for (int n = 0; n < OV; ++n) hn::Store(ATTN_AT(acc, r * OV + n), df, o[r] + n * N);
   }
   if (keys == 0) return;
-  for (int r0 = 2; r0 < R; r0 += 2) {  // rows r0, r0 + 1 over the tile's V rows again
+  for (int r0 = RA; r0 < R; r0 += 2) {  // rows r0, r0 + 1 over the tile's V rows again
     for (int r = 0; r < 2; ++r) {
       for (int n = 0; n < OV; ++n) ATTN_AT(acc, r * OV + n) = hn::Load(df, o[r0 + r] + n * N);
     }
     for (int64_t i = 0; i < keys; i += 2) {
       const uint16_t* HWY_RESTRICT even = v + i * v_stride;
       const uint32_t w[2] = {pp[r0 * pp_stride + i / 2], pp[(r0 + 1) * pp_stride + i / 2]};
-      PairNarrowRowMixPair<VP>(even, i + 1 < keys ? even + v_stride : nullptr, w, acc);
+      PairNarrowRowMixPair<VP, 2>(even, i + 1 < keys ? even + v_stride : nullptr, w, acc);
     }
     for (int r = 0; r < 2; ++r) {
       for (int n = 0; n < OV; ++n) hn::Store(ATTN_AT(acc, r * OV + n), df, o[r0 + r] + n * N);
