@@ -3,7 +3,7 @@
 # kernel. Not run by .ci/run (each builds the library once more); see
 # docs/reliability.md.
 #
-#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|stepped|pairrow] [--keep]  (default: tail)
+#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|rowonepass|stepped|pairrow|paironepass] [--keep]  (default: tail)
 #
 # tail    .ci/planted/tail-off-by-one.patch (issue 7): the tail block of
 #         ForEachRowBlock (kernels/common/microkernels-inl.h) gets one row
@@ -94,6 +94,11 @@
 #         the weights of rows 0 and 1. Release build; tests/gqa_test
 #         (every kernel and target against the float64 bound) must fail on
 #         its decode shape (4-row groups, d = 128).
+# rowonepass .ci/planted/row-onepass-weights-swapped.patch (issue 24):
+#         the row walk's GQA groups that mix every row in one pass (groups
+#         of 4 at d = 64 on AVX-512) mix rows 2 and 3 with the weights of
+#         rows 0 and 1. Release build; tests/kernels_test must fail on its
+#         GQA decode shape of groups of 4 at d = 64.
 # stepped .ci/planted/stepped-group-weight-shifted.patch (issue 26): the
 #         pipelined walk's GQA groups, which run in lockstep over the kv
 #         heads of token-major K/V (NarrowHeads, kernels/streaming/
@@ -110,6 +115,11 @@
 #         bound) must fail on its 4- and 8-row decode shapes (d = 128). The walk is
 #         compiled for AVX3 only, so only an AVX-512 CPU runs it (elsewhere:
 #         exit 1).
+# paironepass .ci/planted/pair-onepass-weights-swapped.patch (issue 24):
+#         the same walk's groups that mix every row in the first pass (groups
+#         of 4 at d = 64) mix rows 2 and 3 with the weight pairs of rows 0
+#         and 1. Release build; tests/bf16dot_test must fail on its shape of
+#         groups of 4 at d = 64 (AVX-512 CPUs only, as pairrow).
 #
 # Each: copies the committed tree (git archive HEAD) to a temporary
 # directory, applies the patch there (never to the tree), builds the one
@@ -125,8 +135,8 @@ keep=0
 for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
-    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|stepped|pairrow) case=$arg ;;
-    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|stepped|pairrow] [--keep]" >&2; exit 2 ;;
+    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|rowonepass|stepped|pairrow|paironepass) case=$arg ;;
+    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|rowonepass|stepped|pairrow|paironepass] [--keep]" >&2; exit 2 ;;
   esac
 done
 configure=(-DCMAKE_BUILD_TYPE=Release)  # the README's build, unless the case says otherwise
@@ -157,6 +167,8 @@ case "$case" in
   rowgroup) patch=.ci/planted/row-group-weights-swapped.patch test=gqa_test filter='Gqa.*' ;;
   stepped) patch=.ci/planted/stepped-group-weight-shifted.patch test=paged_test filter='*' ;;
   pairrow) patch=.ci/planted/pair-row-weights-swapped.patch test=bf16dot_test filter='Shapes/Bf16DotKernels.*' ;;
+  rowonepass) patch=.ci/planted/row-onepass-weights-swapped.patch test=kernels_test filter='Shapes/KernelsTest.*' ;;
+  paironepass) patch=.ci/planted/pair-onepass-weights-swapped.patch test=bf16dot_test filter='Shapes/Bf16DotKernels.*' ;;
   arm)
     patch=.ci/planted/fp16-sign-dropped.patch test=dtype_test filter='*'
     # Relative: cmake finds it in the copied source tree.

@@ -136,6 +136,7 @@ std::vector<Shape> Bf16Shapes() {
       Bf16Shape(8, 2, 1, 601, 128, 128, Causal::kBottomRight),
       Bf16Shape(16, 2, 1, 333, 128, 128, Causal::kBottomRight),  // groups of 8
       Bf16Shape(4, 2, 1, 300, 64, 64, Causal::kNone, true),
+      Bf16Shape(8, 2, 1, 300, 64, 64, Causal::kBottomRight),  // groups of 4 in one pass
       Bf16Shape(1, 1, 100, 1, 1, 1, Causal::kNone),             // d = 1, one key
   };
 }

@@ -198,6 +198,10 @@ std::vector<Shape> Shapes() {
     for (int64_t group : {3, 6, 13, 16}) add(DecodeShape(2 * group, 2, 135, 33));
   }
   add(DecodeShape(40, 1, 517, 64));  // MQA decode with more heads than one panel holds
+  // GQA decode, groups of 4 at d = 64: on AVX-512 the decode row walk mixes
+  // all four rows in one pass (narrow_row-inl.h kRowWalkOutputVectors);
+  // elsewhere rows 2-3 take a second pass.
+  add(DecodeShape(8, 2, 300, 64));
   return shapes;
 }
 
