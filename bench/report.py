@@ -299,21 +299,21 @@ def decode_pivot(f, meta):
     for threads, kern in ((1, ("streaming", "auto")), (2, ("parallel", "auto"))):
         groups = {}
         for name, b in rows.items():
-            m = re.match(r"(\w+)/decode/Hq:(\d+)/Hkv:(\d+)/Tk:(\d+)/d:128/(?:((?:kv|dtype):\w+)/)?threads:(\d+)$", name)
-            if not m or int(m.group(6)) != threads or m.group(1) not in kern or "GBps" not in b:
+            m = re.match(r"(\w+)/decode/Hq:(\d+)/Hkv:(\d+)/Tk:(\d+)/d:(\d+)/(?:((?:kv|dtype):\w+)/)?threads:(\d+)$", name)
+            if not m or int(m.group(7)) != threads or m.group(1) not in kern or "GBps" not in b:
                 continue
             if m.group(1) != kern[0] and any(k.startswith(kern[0] + "/") for k in rows
                                              if "/decode/" in k and k.endswith(f"threads:{threads}")):
                 continue           # the kernel auto runs is shown once
-            groups.setdefault((int(m.group(2)), int(m.group(3)), int(m.group(4)), m.group(1)), {})[
-                m.group(5) or "f32"] = b
+            groups.setdefault((int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)),
+                               m.group(1)), {})[m.group(6) or "f32"] = b
         if not groups:
             continue
         types = [t for t in ("f32", "kv:bf16", "kv:f16", "kv:q8_0", "dtype:bf16", "dtype:f16")
                  if any(t in g for g in groups.values())]
         head = ["row", "threads"] + types
         trs = []
-        for (hq, hkv, tk, k), g in sorted(groups.items()):
+        for (hq, hkv, tk, d, k), g in sorted(groups.items()):
             cells = []
             for t in types:
                 b = g.get(t)
@@ -325,7 +325,8 @@ def decode_pivot(f, meta):
                 if t != "f32" and f32 and b.get("tok_per_s") and f32.get("tok_per_s"):
                     c += f", {b['tok_per_s'] / f32['tok_per_s']:.2f}×"
                 cells.append(c)
-            trs.append([f"`{k}` Hq {hq} / Hkv {hkv}, T_k {tk}", str(threads)] + cells)
+            label = f"`{k}` Hq {hq} / Hkv {hkv}, T_k {tk}" + ("" if d == 128 else f", d {d}")
+            trs.append([label, str(threads)] + cells)
         out += table(head, trs) + [""]
     return out
 
