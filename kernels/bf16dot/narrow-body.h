@@ -453,9 +453,10 @@ HWY_INLINE void PairNarrowRowGroupKeys(const internal::HeadView& h,
   const int64_t k_stride = h.k_stride, v_stride = h.v_stride;
   const float scale = h.scale;
   // Rows mixed beside the scores: all of them where their outputs fit in
-  // 16 vectors (4 rows at d = 64), so K and V are read once in one pass;
-  // otherwise rows 0 and 1, then the others two at a time.
-  constexpr int RA = R * OV <= 16 ? R : 2;
+  // half the registers (kRowWalkOutputVectors, the widened walk's rule: 4
+  // rows at d = 64), so K and V are read once in one pass; otherwise rows 0
+  // and 1, then the others two at a time.
+  constexpr int RA = R * OV <= kRowWalkOutputVectors ? R : 2;
   ATTN_VEC_ARRAY(VPairF, acc, RA * OV);  // vec_array-inl.h; row r at r·OV
   for (int r = 0; r < RA; ++r) {
     for (int n = 0; n < OV; ++n) ATTN_AT(acc, r * OV + n) = hn::Load(df, o[r] + n * N);
