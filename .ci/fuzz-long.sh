@@ -11,7 +11,7 @@
 #   SEED     libFuzzer -seed (default: from the clock; printed either way,
 #            so a run can be repeated)
 #
-# It configures build-asan with exactly .ci/reliability.sh's cmake command
+# It configures build-asan as .ci/reliability.sh does (.ci/asan-configure.sh)
 # (so an existing build-asan is reused, and its tests stay valid), builds
 # only the attn-fuzz target, and fuzzes in one process from the committed
 # seed corpus tests/fuzz/corpus (read only) into a scratch corpus,
@@ -39,11 +39,7 @@ echo "fuzz-long: seed $seed, $minutes min, CPU ${cpu:-unknown}, tree $(git rev-p
 
 sh cmake/install-ci-extras.sh || { echo "fuzz-long: cmake/install-ci-extras.sh failed"; exit 2; }
 step "ASan+UBSan build of attn-fuzz (build-asan, .ci/reliability.sh's configuration)"
-# Keep this command identical to .ci/reliability.sh's.
-CC=clang-14 CXX=clang++-14 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -DNDEBUG" \
-  -DATTN_SANITIZE=address,undefined -DATTN_BUILD_FUZZ=ON -DATTN_BUILD_BENCH=OFF >/dev/null \
-  || { echo "fuzz-long: cmake configure failed"; exit 2; }
+bash .ci/asan-configure.sh || { echo "fuzz-long: cmake configure failed"; exit 2; }
 cmake --build build-asan -j2 --target attn-fuzz || { echo "fuzz-long: build failed"; exit 2; }
 
 corpus=build-asan/fuzz-long-corpus
