@@ -167,6 +167,9 @@ const std::string& AmxUnavailable() {
         !(edx & (1u << 22))) {
       return "this CPU has no AMX-BF16";
     }
+    // The hardware layer rounds P to bf16 with vcvtneps2bf16
+    // (kernels/common/amx-inl.h); every AMX-BF16 CPU so far has it.
+    if (!CpuHasAvx512Bf16()) return "this CPU has AMX-BF16 but no AVX512-BF16";
     if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !(ecx & (1u << 27))) {
       return "the OS has not enabled XSAVE (OSXSAVE), so not AMX either";
     }

@@ -35,6 +35,7 @@
 #include "attn/tuning.h"
 #include "dispatch/dot_path.h"
 #include "dispatch/kernel_table.h"
+#include "kernels/amx/amx.h"
 #include "reference/reference.h"
 #include "tests/oracle.h"
 #include "tests/test_util.h"
@@ -184,6 +185,62 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Bf16DotKernels, ::testing::ValuesIn(Bf16Shapes(
                            }
                            return name + "_" + std::to_string(info.index);
                          });
+
+// The AMX kernel's softmax base lags each row's running max by up to
+// kAmxLazyRescale (kernels/amx/head-body.h), so most key tiles leave O
+// alone. Here the scores climb tile by tile (32-key tiles) by less than
+// that (the base stays: weights up to e^6) and by more (the base moves,
+// O and the sum are rescaled), with every query row seeing every tile:
+// within the bound on every target through the emulated tiles and on the
+// tiles themselves where they run, and the general weights path
+// (AmxRowWeights, what rows with modifiers take) alike. A skipped rescale
+// lets an early tile's V outweigh the last tile's (.ci/planted_bug.sh
+// amxlazy).
+TEST(AmxLazyRescale, ScoresClimbingAcrossKeyTilesStayWithinTheBound) {
+  PathGuard guard;
+  constexpr int64_t kTile = 32, kTiles = 8, kD = 32;
+  Shape s = Bf16Shape(2, 1, 40, kTile * kTiles, kD, kD, Causal::kNone);
+  s.batch = 1;
+  OwnedProblem owned = MakeProblem(s);
+  // Q entries 1, K row j entries c_j: scaled score_j = kD·c_j/sqrt(kD),
+  // climbing from tile to tile by these steps (a little noise per key).
+  const float tile_score[kTiles] = {0.0f, 3.0f, 6.0f, 18.0f, 19.0f, 40.0f, 41.0f, 42.0f};
+  for (size_t i = 0; i < owned.q16.size(); ++i) owned.q16[i] = BFloat16Bits(1.0f);
+  const float per_unit = std::sqrt(float(kD)) / float(kD);
+  for (int64_t j = 0; j < kTile * kTiles; ++j) {
+    const float noise = 0.3f * float((j * 7) % 11) / 11.0f;
+    const uint16_t c = BFloat16Bits((tile_score[j / kTile] + noise) * per_unit);
+    for (int64_t e = 0; e < kD; ++e) owned.k16[size_t(j * kD + e)] = c;
+  }
+  for (size_t i = 0; i < owned.q16.size(); ++i) owned.q[i] = FromBFloat16Bits(owned.q16[i]);
+  for (size_t i = 0; i < owned.k16.size(); ++i) owned.k[i] = FromBFloat16Bits(owned.k16[i]);
+  const reference::Result ref = reference::Attention(owned.problem);
+  const Bf16DotBound bound = MakeBf16DotBound(owned, ref);
+  for (const PathTargets& pt : RealDotPaths()) {
+    if (pt.path != "amx-emulated" && pt.path != "amx") continue;
+    for (const std::string& target : pt.targets) {
+      ForceTarget(target);
+      ForceDotPath(pt.path);
+      for (const KernelId kernel : {KernelId::kStreaming, KernelId::kParallel}) {
+        const Variant variant = MakeVariant("tiles32", kernel, 1, Tiles{32, kTile, 1});
+        SCOPED_TRACE(pt.path + " " + target + " " + variant.name);
+        owned.ClearOutputs();
+        attention(owned.problem, variant.options);
+        EXPECT_EQ(FirstBf16DotViolation(owned, ref, bound), "");
+      }
+      SCOPED_TRACE(pt.path + " " + target + " general weights");
+      internal::RunConfig config;
+      config.tiles = Tiles{64, kTile, 1};
+      config.dot_path = pt.path == "amx" ? internal::DotPath::kAmx : internal::DotPath::kAmxEmulated;
+      internal::AmxRun run;
+      run.plain_weights = false;
+      owned.ClearOutputs();
+      internal::AmxHeads(owned.problem, config, pt.path == "amx", run);
+      EXPECT_EQ(FirstBf16DotViolation(owned, ref, bound), "");
+      ForceDotPath("auto");
+    }
+  }
+}
 
 // The bound is tight enough to catch a wrong kernel: the path's own output
 // for a problem with one key fewer, or with each K pair's halves swapped

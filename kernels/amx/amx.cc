@@ -10,6 +10,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <stdint.h>
+#include <string.h>
 
 #include <algorithm>
 #include <limits>
@@ -20,9 +21,11 @@
 #include "kernels/amx/pack-inl.h"
 #include "kernels/bf16dot/pack-inl.h"
 #include "kernels/common/amx-inl.h"
+#include "kernels/common/mca_markers.h"
 #include "kernels/common/microkernels-inl.h"
 #include "kernels/common/modifiers-inl.h"
 #include "kernels/common/softmax-inl.h"
+#include "kernels/common/stage_clock.h"
 #include "kernels/common/widen-inl.h"
 #include "kernels/kernel.h"
 #include "kernels/streaming/narrow-inl.h"
@@ -33,7 +36,9 @@ namespace HWY_NAMESPACE {
 
 namespace emulated {
 using Amx = EmulatedAmx;
+#define ATTN_AMX_LAYER_NAME "emulated"  // names head-body.h's llvm-mca regions
 #include "kernels/amx/head-body.h"  // NOLINT: included per layer
+#undef ATTN_AMX_LAYER_NAME
 }  // namespace emulated
 
 // Views of at most NarrowMaxRows() rows (decode) would fill 16-row tiles
@@ -45,10 +50,19 @@ void AmxViewEmulated(const internal::HeadView& view, const Tiles& tiles) {
   thread_local AmxScratch scratch;  // per thread (and target), across calls
   emulated::AmxHead(view, tiles, scratch);
 }
+// The same with the run's explicit choices (AmxHeads).
+void AmxHeadsEmulated(const internal::HeadView& view, const Tiles& tiles,
+                        const internal::AmxRun& run) {
+  thread_local AmxScratch scratch;
+  emulated::AmxHead(view, tiles, scratch, run);
+}
 
 #ifndef ATTN_HAVE_AMX_TILES
 void AmxViewHardware(const internal::HeadView&, const Tiles&) {
   // dispatch/dot_path.cc offers the hardware path only on AVX3.
+  HWY_ABORT("attn: the AMX layer is not compiled for target %s", hwy::TargetName(HWY_TARGET));
+}
+void AmxHeadsHardware(const internal::HeadView&, const Tiles&, const internal::AmxRun&) {
   HWY_ABORT("attn: the AMX layer is not compiled for target %s", hwy::TargetName(HWY_TARGET));
 }
 #endif  // else defined in the AMX region below
@@ -64,13 +78,20 @@ namespace attn {
 namespace HWY_NAMESPACE {
 namespace hardware {
 using Amx = HardwareAmx;
+#define ATTN_AMX_LAYER_NAME "hardware"
 #include "kernels/amx/head-body.h"  // NOLINT: included per layer
+#undef ATTN_AMX_LAYER_NAME
 }  // namespace hardware
 
 void AmxViewHardware(const internal::HeadView& view, const Tiles& tiles) {
   if (view.tq <= NarrowMaxRows()) return internal::Bf16DotTarget(internal::PairDotLayer::kAvx512Bf16).run_view(view, tiles);
   thread_local AmxScratch scratch;
   hardware::AmxHead(view, tiles, scratch);
+}
+void AmxHeadsHardware(const internal::HeadView& view, const Tiles& tiles,
+                        const internal::AmxRun& run) {
+  thread_local AmxScratch scratch;
+  hardware::AmxHead(view, tiles, scratch, run);
 }
 }  // namespace HWY_NAMESPACE
 }  // namespace attn
@@ -87,6 +108,18 @@ internal::ParallelTarget AmxTargetImpl(bool hardware) {
                                   hardware ? &AmxViewHardware : &AmxViewEmulated};
 }
 
+void AmxHeadsImpl(const Problem& p, const internal::RunConfig& config, bool hardware,
+                    const internal::AmxRun& run) {
+  const internal::HeadViews views(p, config.diag_shift);
+  for (int64_t i = 0; i < views.size(); ++i) {
+    if (hardware) {
+      AmxHeadsHardware(views[i], config.tiles, run);
+    } else {
+      AmxHeadsEmulated(views[i], config.tiles, run);
+    }
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace attn
 HWY_AFTER_NAMESPACE();
@@ -94,6 +127,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace attn {
 HWY_EXPORT(AmxTargetImpl);
+HWY_EXPORT(AmxHeadsImpl);
 
 namespace internal {
 ParallelTarget AmxTarget(bool hardware) { return HWY_DYNAMIC_DISPATCH(AmxTargetImpl)(hardware); }
@@ -102,6 +136,10 @@ void AmxStreamingAttention(const Problem& p, const RunConfig& config, bool hardw
   const ParallelTarget target = AmxTarget(hardware);
   const HeadViews views(p, config.diag_shift);
   for (int64_t i = 0; i < views.size(); ++i) target.run_view(views[i], config.tiles);
+}
+
+void AmxHeads(const Problem& p, const RunConfig& config, bool hardware, const AmxRun& run) {
+  HWY_DYNAMIC_DISPATCH(AmxHeadsImpl)(p, config, hardware, run);
 }
 }  // namespace internal
 }  // namespace attn

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "attn/attn.h"
+#include "kernels/common/stage_clock.h"
 #include "kernels/kernel.h"
 
 namespace attn::internal {
@@ -11,5 +12,10 @@ namespace attn::internal {
 // or over the emulated tiles. Q, K and V must be bf16 (dispatch/dot_path.cc).
 ParallelTarget AmxTarget(bool hardware);
 void AmxStreamingAttention(const Problem& problem, const RunConfig& config, bool hardware);
+// Every view of the problem through the AMX loop on the calling thread
+// (views of at most NarrowMaxRows() rows too, padded to tiles), with the
+// run's explicit choices: a stage clock (attn-bench's amx-stages rows) and
+// which weights path (tests compare them).
+void AmxHeads(const Problem& problem, const RunConfig& config, bool hardware, const AmxRun& run);
 
 }  // namespace attn::internal

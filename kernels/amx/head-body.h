@@ -16,14 +16,19 @@
 //      for NaN / ±Inf on the way;
 //   3. per group: S = Q·Kᵀ in 2 x 2 tiles of 16 x 16 (tiles 0-3 accumulate,
 //      4-5 hold two Q row tiles, 6-7 two Kp tiles: four tdpbf16ps per four
-//      loads) stored row-major; then per row, in float32, the scale, the
-//      score modifiers (soft-cap, ALiBi; modifiers-inl.h ModifyRow), the
+//      loads) stored row-major; then per row the weights, rounded to bf16
+//      (to nearest even) into P: for rows without score modifiers or mask
+//      (AmxRowWeightsPlain) two passes over the raw scores, the max and then
+//      the scale, exp, sum and rounding in one, the softmax base lagging the
+//      max by up to kAmxLazyRescale; otherwise (AmxRowWeights) the scale,
+//      the score modifiers (soft-cap, ALiBi; modifiers-inl.h ModifyRow), the
 //      mask, the causal limit, the window (a group's keys start at the
 //      tile's first key, where the packed K and V tiles start; a window
 //      skips the tiles outside it) and the online softmax of the narrow path
-//      (narrow-inl.h NarrowSoftmaxRow), the weights rounded to bf16 (to
-//      nearest even); then O += P·V in 2 x 2 tiles (tiles 0-3 load O and
-//      accumulate every 32-key step of the tile before storing it back).
+//      (narrow-inl.h NarrowSoftmaxRow); then O += P·V in 2 x 2 tiles (tiles
+//      0-3 load O and accumulate every 32-key step of the tile before
+//      storing it back).
+// attn-bench's amx-stages rows time these stages apart (AmxRun::clock).
 // A V tile holding NaN or ±Inf is mixed in float32 instead (the weights
 // unrounded, a key the row cannot see skipped, as in the narrow path), so
 // those values reach exactly the rows that see their key. Views of at most
@@ -40,63 +45,76 @@
 // stay in L1 (32 x kv_block floats and bf16, 32 x d_v floats). Extra memory
 // O(q_block·(d + d_v) + kv_block·(d + d_v)) (AmxScratch).
 
-// S rows [0, 32) x keys [0, keys_pad) of a group: raw dot products q·k.
-HWY_INLINE void AmxScoreGroup(const AmxScratch& scratch, const uint16_t* HWY_RESTRICT q,
-                              int64_t keys_pad) {
+// S rows [0, 32) x keys [32·step, 32·step + 32) of a group: raw dot
+// products q·k, into s (rows scratch.keys() floats apart).
+HWY_INLINE void AmxScoreStep(const AmxScratch& scratch, const uint16_t* HWY_RESTRICT q,
+                             int64_t step, float* HWY_RESTRICT s) {
   const int64_t d_pad = scratch.d_pad(), chunks = d_pad / kAmxPad;
   const int64_t q_bytes = d_pad * int64_t(sizeof(uint16_t));
   const int64_t s_bytes = scratch.keys() * int64_t(sizeof(float));
   const uint32_t* HWY_RESTRICT kp = scratch.kp();
-  for (int64_t n = 0; n < keys_pad / 16; n += 2) {
-    Amx::Zero<0>();
-    Amx::Zero<1>();
-    Amx::Zero<2>();
-    Amx::Zero<3>();
-    for (int64_t t = 0; t < chunks; ++t) {
-      Amx::Load<4>(q + t * kAmxPad, q_bytes);
-      Amx::Load<5>(q + 16 * d_pad + t * kAmxPad, q_bytes);
-      Amx::Load<6>(kp + (n * chunks + t) * kAmxTileWords, 64);
-      Amx::Load<7>(kp + ((n + 1) * chunks + t) * kAmxTileWords, 64);
-      Amx::DotBf16<0, 4, 6>();
-      Amx::DotBf16<1, 4, 7>();
-      Amx::DotBf16<2, 5, 6>();
-      Amx::DotBf16<3, 5, 7>();
-    }
-    Amx::Store<0>(scratch.s(0) + n * 16, s_bytes);
-    Amx::Store<1>(scratch.s(0) + (n + 1) * 16, s_bytes);
-    Amx::Store<2>(scratch.s(16) + n * 16, s_bytes);
-    Amx::Store<3>(scratch.s(16) + (n + 1) * 16, s_bytes);
+  const int64_t n = 2 * step;  // the first of two 16-key tiles
+  Amx::Zero<0>();
+  Amx::Zero<1>();
+  Amx::Zero<2>();
+  Amx::Zero<3>();
+  for (int64_t t = 0; t < chunks; ++t) {
+    Amx::Load<4>(q + t * kAmxPad, q_bytes);
+    Amx::Load<5>(q + 16 * d_pad + t * kAmxPad, q_bytes);
+    Amx::Load<6>(kp + (n * chunks + t) * kAmxTileWords, 64);
+    Amx::Load<7>(kp + ((n + 1) * chunks + t) * kAmxTileWords, 64);
+    Amx::DotBf16<0, 4, 6>();
+    Amx::DotBf16<1, 4, 7>();
+    Amx::DotBf16<2, 5, 6>();
+    Amx::DotBf16<3, 5, 7>();
   }
+  Amx::Store<0>(s + n * 16, s_bytes);
+  Amx::Store<1>(s + (n + 1) * 16, s_bytes);
+  Amx::Store<2>(s + 16 * scratch.keys() + n * 16, s_bytes);
+  Amx::Store<3>(s + 16 * scratch.keys() + (n + 1) * 16, s_bytes);
 }
 
-// O rows [0, 32) of a group (o, d_v_pad floats a row) += P · Vp over
-// keys_pad keys.
-HWY_INLINE void AmxMixGroup(const AmxScratch& scratch, int64_t keys_pad, float* HWY_RESTRICT o) {
+// S of a group over keys [0, keys_pad).
+HWY_INLINE void AmxScoreGroup(const AmxScratch& scratch, const uint16_t* HWY_RESTRICT q,
+                              int64_t keys_pad, float* HWY_RESTRICT s) {
+  for (int64_t step = 0; step < keys_pad / kAmxPad; ++step) AmxScoreStep(scratch, q, step, s);
+}
+
+// O rows [0, 32) x columns [c, c + 32) of a group (o, d_v_pad floats a row)
+// += P · Vp over keys_pad keys (p: the group's bf16 weights, rows
+// scratch.keys() apart).
+HWY_INLINE void AmxMixChunk(const AmxScratch& scratch, int64_t keys_pad, int64_t c,
+                            const uint16_t* HWY_RESTRICT p, float* HWY_RESTRICT o) {
   const int64_t dv_pad = scratch.dv_pad();
   const int64_t o_bytes = dv_pad * int64_t(sizeof(float));
   const int64_t p_bytes = scratch.keys() * int64_t(sizeof(uint16_t));
   const int64_t v_bytes = dv_pad * int64_t(sizeof(uint32_t));
   const uint32_t* HWY_RESTRICT vp = scratch.vp();
-  for (int64_t c = 0; c < dv_pad; c += 32) {
-    Amx::Load<0>(o + c, o_bytes);
-    Amx::Load<1>(o + c + 16, o_bytes);
-    Amx::Load<2>(o + 16 * dv_pad + c, o_bytes);
-    Amx::Load<3>(o + 16 * dv_pad + c + 16, o_bytes);
-    for (int64_t u = 0; u < keys_pad; u += kAmxPad) {
-      Amx::Load<4>(scratch.p(0) + u, p_bytes);
-      Amx::Load<5>(scratch.p(16) + u, p_bytes);
-      Amx::Load<6>(vp + (u / 2) * dv_pad + c, v_bytes);
-      Amx::Load<7>(vp + (u / 2) * dv_pad + c + 16, v_bytes);
-      Amx::DotBf16<0, 4, 6>();
-      Amx::DotBf16<1, 4, 7>();
-      Amx::DotBf16<2, 5, 6>();
-      Amx::DotBf16<3, 5, 7>();
-    }
-    Amx::Store<0>(o + c, o_bytes);
-    Amx::Store<1>(o + c + 16, o_bytes);
-    Amx::Store<2>(o + 16 * dv_pad + c, o_bytes);
-    Amx::Store<3>(o + 16 * dv_pad + c + 16, o_bytes);
+  const uint16_t* HWY_RESTRICT p16 = p + 16 * scratch.keys();
+  Amx::Load<0>(o + c, o_bytes);
+  Amx::Load<1>(o + c + 16, o_bytes);
+  Amx::Load<2>(o + 16 * dv_pad + c, o_bytes);
+  Amx::Load<3>(o + 16 * dv_pad + c + 16, o_bytes);
+  for (int64_t u = 0; u < keys_pad; u += kAmxPad) {
+    Amx::Load<4>(p + u, p_bytes);
+    Amx::Load<5>(p16 + u, p_bytes);
+    Amx::Load<6>(vp + (u / 2) * dv_pad + c, v_bytes);
+    Amx::Load<7>(vp + (u / 2) * dv_pad + c + 16, v_bytes);
+    Amx::DotBf16<0, 4, 6>();
+    Amx::DotBf16<1, 4, 7>();
+    Amx::DotBf16<2, 5, 6>();
+    Amx::DotBf16<3, 5, 7>();
   }
+  Amx::Store<0>(o + c, o_bytes);
+  Amx::Store<1>(o + c + 16, o_bytes);
+  Amx::Store<2>(o + 16 * dv_pad + c, o_bytes);
+  Amx::Store<3>(o + 16 * dv_pad + c + 16, o_bytes);
+}
+
+// O rows [0, 32) of a group += P · Vp over keys_pad keys.
+HWY_INLINE void AmxMixGroup(const AmxScratch& scratch, int64_t keys_pad,
+                            const uint16_t* HWY_RESTRICT p, float* HWY_RESTRICT o) {
+  for (int64_t c = 0; c < scratch.dv_pad(); c += kAmxPad) AmxMixChunk(scratch, keys_pad, c, p, o);
 }
 
 // Query row `row` of the view (row g of its group), keys [j0, j0 + keys) of
@@ -111,7 +129,11 @@ HWY_INLINE void AmxRowWeights(const internal::HeadView& h, AmxScratch& scratch, 
   const int64_t N = int64_t(hn::Lanes(df));
   float* HWY_RESTRICT s = scratch.s(g);
   const VF scale = hn::Set(df, h.scale);
-  for (int64_t j = 0; j < keys; j += N) hn::Store(hn::Mul(hn::Load(df, s + j), scale), df, s + j);
+  for (int64_t j = 0; j < keys; j += N) {
+    ATTN_MCA_BEGIN("amx_general_scale_1_vector_" ATTN_AMX_LAYER_NAME);
+    hn::Store(hn::Mul(hn::Load(df, s + j), scale), df, s + j);
+    ATTN_MCA_END();
+  }
   const bool modified = h.HasScoreModifiers();
   if (modified) ModifyRow(h, row, j0, keys, s);  // soft-cap, ALiBi
   if (h.mask) {
@@ -126,9 +148,79 @@ HWY_INLINE void AmxRowWeights(const internal::HeadView& h, AmxScratch& scratch, 
   uint16_t* HWY_RESTRICT p = scratch.p(g);
   const int64_t vectors_end = (keys + N - 1) / N * N;
   for (int64_t j = 0; j < vectors_end; j += N) {
+    ATTN_MCA_BEGIN("amx_general_bf16_1_vector_" ATTN_AMX_LAYER_NAME);
     hn::StoreU(hn::TruncateTo(du16, RoundToBf16<false>(hn::Load(df, s + j))), du16, p + j);
+    ATTN_MCA_END();
   }
   std::fill(p + vectors_end, p + keys_pad, uint16_t{0});
+}
+
+// How far (in natural-log units of the scaled scores) a row's softmax base
+// may lag its running max before AmxRowWeightsPlain moves it and rescales
+// the row's O. Exact at any lag: O and the sum share the base, FinishRow
+// divides one by the other and adds the base back into lse, so only the
+// size of the weights depends on it: at most e^8 ~ 2981 (Exp2Weight's range
+// is 2^16), sums of fewer than 1e34 keys finite, and bf16's rounding of P is
+// relative. Most key tiles after the first then leave O alone.
+constexpr float kAmxLazyRescale = 8.0f;
+
+// AmxRowWeights for a row without score modifiers (sinks apart, which
+// FinishRow adds) or mask, with a scale > 0 and a finite V tile: two passes
+// over the raw scores instead of five. The max of the raw row times the
+// scale is the max of the scaled row (x -> fl(x·scale) is monotone), so the
+// scale goes into the exponent: w = 2^(s·c - base·log2 e), c = scale·log2 e,
+// one MulSub a vector; the weights go straight to bf16 in P, their float32
+// sum (NaN iff a score or the base is NaN, which sets the row's flag) into
+// the stats. Keys past the row's causal limit get 0.
+// s: the row's scores, p: its weights.
+HWY_INLINE void AmxRowWeightsPlain(const internal::HeadView& h, float* HWY_RESTRICT s,
+                                   uint16_t* HWY_RESTRICT p, int64_t row, int64_t j0,
+                                   int64_t keys, int64_t keys_pad, NarrowRowStats& stats,
+                                   float* HWY_RESTRICT o) {
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  const int64_t visible = std::clamp<int64_t>(h.KeyEnd(row) - j0, 0, keys);
+  const int64_t end = (visible + N - 1) / N * N;
+  std::fill(s + visible, s + end, neg_inf);
+  // Four running maxima: one would wait on vmaxps's latency every vector.
+  VF m0 = hn::Set(df, neg_inf), m1 = m0, m2 = m0, m3 = m0;
+  int64_t j = 0;
+  for (; j + 4 * N <= end; j += 4 * N) {
+    ATTN_MCA_BEGIN("amx_max_pass_4_vectors_" ATTN_AMX_LAYER_NAME);
+    m0 = hn::Max(m0, hn::Load(df, s + j));
+    m1 = hn::Max(m1, hn::Load(df, s + j + N));
+    m2 = hn::Max(m2, hn::Load(df, s + j + 2 * N));
+    m3 = hn::Max(m3, hn::Load(df, s + j + 3 * N));
+    ATTN_MCA_END();
+  }
+  for (; j < end; j += N) m0 = hn::Max(m0, hn::Load(df, s + j));
+  const VF m = hn::Max(hn::Max(m0, m1), hn::Max(m2, m3));
+  const float tile_max = end > 0 ? hn::GetLane(hn::MaxOfLanes(df, m)) * h.scale : neg_inf;
+  if (stats.max == neg_inf || tile_max > stats.max + kAmxLazyRescale) {
+    const float new_max = std::max(stats.max, tile_max);
+    if (stats.sum > 0.0f) {
+      const float alpha = std::exp(stats.max - new_max);
+      stats.sum *= alpha;
+      for (int64_t c = 0; c < h.dv; ++c) o[c] *= alpha;
+    }
+    stats.max = new_max;
+  }
+  const float log2e = 1.44269504088896341f;
+  const VF c = hn::Set(df, h.scale * log2e);
+  const VF base = hn::Set(df, (stats.max == neg_inf ? 0.0f : stats.max) * log2e);
+  VF sum = hn::Zero(df);
+  for (j = 0; j < end; j += N) {
+    ATTN_MCA_BEGIN("amx_exp_pass_1_vector_" ATTN_AMX_LAYER_NAME);
+    const VF w = Exp2Weight(hn::MulSub(hn::Load(df, s + j), c, base));
+    sum = hn::Add(sum, w);
+    Amx::StoreWeightsBf16(w, p + j);
+    ATTN_MCA_END();
+  }
+  std::fill(p + end, p + keys_pad, uint16_t{0});
+  const float tile_sum = hn::GetLane(hn::SumOfLanes(df, sum));
+  if (std::isnan(tile_sum)) stats.nan = true;
+  stats.sum += tile_sum;
 }
 
 // O rows of a group += P·V in float32 for a V tile (rows in `runs`)
@@ -149,7 +241,41 @@ HWY_INLINE void AmxMixNonFinite(const internal::HeadView& h, const AmxScratch& s
   }
 }
 
-HWY_INLINE void AmxHead(const internal::HeadView& h, const Tiles& tiles, AmxScratch& scratch) {
+// Query row r of the view from its O row (dv_pad floats of scratch, scaled
+// in place) and stats: FinishNarrowRow in whole vectors (StoreNarrowed
+// rounds as StoreElement does, element for element).
+HWY_INLINE void AmxFinishRow(const internal::HeadView& h, int64_t r, float* HWY_RESTRICT o,
+                             int64_t dv_pad, const NarrowRowStats& stats) {
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  const RowFinish f = FinishRow(stats.max, stats.sum, stats.nan, h.Sink(r));
+  if (f.empty) {
+    std::fill(o, o + dv_pad, 0.0f);
+  } else {
+    const VF inv = hn::Set(df, f.inv);
+    for (int64_t c = 0; c < dv_pad; c += N) {
+      ATTN_MCA_BEGIN("amx_finish_1_vector_" ATTN_AMX_LAYER_NAME);
+      hn::Store(hn::Mul(hn::Load(df, o + c), inv), df, o + c);
+      ATTN_MCA_END();
+    }
+  }
+  void* HWY_RESTRICT out = h.OutRow(r);
+  if (h.out_type == DType::kF32) {
+    memcpy(out, o, size_t(h.dv) * sizeof(float));
+  } else {
+    StoreNarrowed(o, h.dv, out, h.out_type);
+  }
+  if (h.lse) h.lse[r * h.lse_stride] = f.lse;
+}
+
+HWY_INLINE void AmxHead(const internal::HeadView& h, const Tiles& tiles, AmxScratch& scratch,
+                        const internal::AmxRun& run = {}) {
+  using internal::AmxStage;
+  internal::StageClock* clock = run.clock;
+  const auto lap = [clock](AmxStage stage) {
+    if (clock) clock->Lap(stage);
+  };
+  if (clock) clock->Start();
   // Views of at most NarrowMaxRows() rows never come here: amx.cc hands
   // them to the bf16 dot-product kernel.
   const int64_t q_block = AmxRoundUp(std::max<int64_t>(tiles.q_block, kAmxGroupRows));
@@ -157,6 +283,10 @@ HWY_INLINE void AmxHead(const internal::HeadView& h, const Tiles& tiles, AmxScra
   scratch.Reserve(q_block, kv_block, h.d, h.dv);
   const auto* q = static_cast<const uint16_t*>(h.q);
   NarrowRowStats* HWY_RESTRICT stats = scratch.stats();
+  // Rows whose weights take the two-pass AmxRowWeightsPlain (per V tile,
+  // also that V is finite).
+  const bool plain = run.plain_weights && h.softcap == 0.0f && h.alibi_slope == 0.0f && h.window_left < 0 &&
+                     h.window_right < 0 && !h.mask && h.scale > 0.0f;
   const internal::AmxTileConfig config = internal::FullAmxTiles();
   Amx::Configure(config);
 
@@ -167,6 +297,7 @@ HWY_INLINE void AmxHead(const internal::HeadView& h, const Tiles& tiles, AmxScra
                    scratch.d_pad(), scratch.q(0));
     for (int64_t r = 0; r < groups * kAmxGroupRows; ++r) stats[r] = NarrowRowStats();
     std::fill(scratch.o(0), scratch.o(groups * kAmxGroupRows), 0.0f);
+    lap(AmxStage::kPackQ);
     // Keys outside [the block's first window start, its last visible key)
     // are never read.
     const int64_t key_end = h.VisibleEnd(q0 + rows - 1);
@@ -182,6 +313,7 @@ HWY_INLINE void AmxHead(const internal::HeadView& h, const Tiles& tiles, AmxScra
                   scratch.d_pad(), scratch.kp());
       const bool bad = PackAmxValues(TileRowCursor<true>(runs, h.v_stride), tile_keys, tile_pad,
                                      h.dv, scratch.dv_pad(), scratch.vp());
+      lap(AmxStage::kPackKV);
       for (int64_t g0 = 0; g0 < rows; g0 += kAmxGroupRows) {
         const int64_t r0 = q0 + g0;
         const int64_t group_rows = std::min(kAmxGroupRows, rows - g0);
@@ -193,25 +325,35 @@ HWY_INLINE void AmxHead(const internal::HeadView& h, const Tiles& tiles, AmxScra
         // Tile wholly above this group's diagonal, or before its window.
         if (keys <= 0 || h.KeyBegin(r0) >= j0 + keys) continue;
         const int64_t keys_pad = AmxRoundUp(keys);
-        AmxScoreGroup(scratch, scratch.q(g0), keys_pad);
+        AmxScoreGroup(scratch, scratch.q(g0), keys_pad, scratch.s(0));
+        lap(AmxStage::kScores);
         float* HWY_RESTRICT o = scratch.o(g0);
         for (int64_t g = 0; g < group_rows; ++g) {
-          AmxRowWeights(h, scratch, r0 + g, g, j0, keys, keys_pad, stats[g0 + g],
-                        o + g * scratch.dv_pad());
+          if (plain && !bad) {
+            AmxRowWeightsPlain(h, scratch.s(g), scratch.p(g), r0 + g, j0, keys, keys_pad,
+                               stats[g0 + g], o + g * scratch.dv_pad());
+          } else {
+            AmxRowWeights(h, scratch, r0 + g, g, j0, keys, keys_pad, stats[g0 + g],
+                          o + g * scratch.dv_pad());
+          }
         }
         if (bad) {
+          lap(AmxStage::kWeights);
           AmxMixNonFinite(h, scratch, group_rows, runs, keys, o);
         } else {
           for (int64_t g = group_rows; g < kAmxGroupRows; ++g) {
             std::fill(scratch.p(g), scratch.p(g) + keys_pad, uint16_t{0});  // padding rows
           }
-          AmxMixGroup(scratch, keys_pad, o);
+          lap(AmxStage::kWeights);
+          AmxMixGroup(scratch, keys_pad, scratch.p(0), o);
         }
+        lap(AmxStage::kMix);
       }
     }
     for (int64_t r = 0; r < rows; ++r) {
-      FinishNarrowRow(h, q0 + r, scratch.o(r), stats[r]);
+      AmxFinishRow(h, q0 + r, scratch.o(r), scratch.dv_pad(), stats[r]);
     }
+    lap(AmxStage::kFinish);
   }
   Amx::Release();
 }

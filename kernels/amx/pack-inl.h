@@ -39,6 +39,7 @@
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
 #include "kernels/bf16dot/pack-inl.h"      // LoadPair, PackValuePairsOf, TileRun
+#include "kernels/common/mca_markers.h"     // ATTN_MCA_BEGIN
 #include "kernels/common/scratch.h"         // GrowScratch
 #include "kernels/streaming/narrow-inl.h"  // NarrowRowStats
 
@@ -119,12 +120,76 @@ HWY_INLINE void PackAmxQueries(const uint16_t* HWY_RESTRICT q, int64_t q_stride,
 // and key tile: d/2 u32 moves a key, against 2·q_block·(d + d_v) FLOPs of
 // tile products that use them.
 // k_row(n) gives K row n of the tile, for n increasing (TileRowCursor).
+#if HWY_TARGET == HWY_AVX3 && HWY_ARCH_X86
+// One Kp tile from 16 K rows of 32 bf16 (16 u32 pairs) each: a 16 x 16
+// transpose of u32 in registers (unpack 32, unpack 64, two 128-bit block
+// shuffles: 64 shuffles for 256 pairs, against a scalar load and store
+// each). Rows need not be aligned.
+HWY_INLINE void TransposeAmxKeyTile(const uint16_t* const* HWY_RESTRICT rows,
+                                    uint32_t* HWY_RESTRICT tile) {
+  ATTN_MCA_BEGIN("amx_k_transpose_16x16");
+  __m512i r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(rows[i]);
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  // r[4b + j] lane-block L now holds pairs 4L + j of rows 4b .. 4b + 3.
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xDD);
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xDD);
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xDD);
+  }
+  for (int i = 0; i < 16; ++i) _mm512_storeu_si512(tile + 16 * i, r[i]);
+  ATTN_MCA_END();
+}
+#endif
+
+// Kp for keys [0, keys) of a tile (K rows of bf16 bits), zero up to
+// keys_pad keys and d_pad / 2 pairs (layout above). Once per query block
+// and key tile, against 2·q_block·(d + d_v) FLOPs of tile products a key.
+// On AVX3, whole 16-key x 32-column blocks by TransposeAmxKeyTile; the
+// rest (and every block elsewhere) element by element.
+// k_row(n) gives K row n of the tile, for n increasing (TileRowCursor).
 template <class KRow>
 HWY_INLINE void PackAmxKeys(KRow&& k_row, int64_t keys, int64_t keys_pad, int64_t d,
                             int64_t d_pad, uint32_t* HWY_RESTRICT kp) {
   const int64_t chunks = d_pad / kAmxPad;  // tiles along d
   const int64_t pairs = (d + 1) / 2, pairs_pad = d_pad / 2;
-  for (int64_t n = 0; n < keys_pad; ++n) {
+  int64_t n0 = 0;
+#if HWY_TARGET == HWY_AVX3 && HWY_ARCH_X86
+  const int64_t whole_chunks = d / kAmxPad;
+  if (whole_chunks > 0) {
+    const uint16_t* start[16];
+    const uint16_t* rows[16];
+    for (; n0 + 16 <= keys; n0 += 16) {
+      for (int i = 0; i < 16; ++i) start[i] = rows[i] = k_row(n0 + i);
+      uint32_t* HWY_RESTRICT base = kp + (n0 / 16) * chunks * kAmxTileWords;
+      for (int64_t t = 0; t < whole_chunks; ++t) {
+        TransposeAmxKeyTile(rows, base + t * kAmxTileWords);
+        for (int i = 0; i < 16; ++i) rows[i] += kAmxPad;
+      }
+      for (int i = 0; i < 16; ++i) {
+        for (int64_t t = whole_chunks * 16; t < pairs_pad; ++t) {
+          const uint32_t pair = t < pairs ? LoadPair(start[i], t, d) : 0u;
+          base[(t / 16) * kAmxTileWords + (t % 16) * 16 + i] = pair;
+        }
+      }
+    }
+  }
+#endif
+  for (int64_t n = n0; n < keys_pad; ++n) {
     uint32_t* HWY_RESTRICT base = kp + (n / 16) * chunks * kAmxTileWords + n % 16;
     const uint16_t* HWY_RESTRICT row = n < keys ? k_row(n) : nullptr;
     for (int64_t t = 0; t < pairs_pad; ++t) {

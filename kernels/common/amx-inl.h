@@ -12,6 +12,15 @@
 //                        where A's 32-bit elements are bf16 pairs along K and
 //                        B's rows are K-pairs of C's N columns ("VNNI" form:
 //                        B[k][n] = (b[2k][n], b[2k+1][n]) in one u32).
+//   StoreWeightsBf16(w, p)  one vector of softmax weights (finite, >= 0)
+//                        rounded to bf16, to nearest even, into p: the A
+//                        operand of P·V. vcvtneps2bf16 on the hardware
+//                        (every AMX-BF16 CPU has AVX512-BF16; dispatch
+//                        checks both), integer rounding in the emulation.
+//                        The instruction flushes subnormal weights to 0,
+//                        the emulation keeps them; tdpbf16ps treats
+//                        subnormal bf16 inputs as 0 (below), so P·V is the
+//                        same either way.
 //
 // Tiles are named by compile-time indices because the instructions encode
 // them as immediates.
@@ -93,6 +102,7 @@ inline AmxTileConfig FullAmxTiles() {
 HWY_BEFORE_NAMESPACE();
 namespace attn {
 namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
 
 struct EmulatedAmx {
   static constexpr bool kHardware = false;
@@ -168,6 +178,17 @@ struct EmulatedAmx {
     return Ftz(f);
   }
 
+  static HWY_INLINE void StoreWeightsBf16(hn::Vec<hn::ScalableTag<float>> w,
+                                          uint16_t* HWY_RESTRICT p) {
+    const hn::ScalableTag<float> df;
+    const hn::RebindToUnsigned<decltype(df)> du;
+    const hn::Rebind<uint16_t, decltype(df)> du16;
+    const auto bits = hn::BitCast(du, w);
+    const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
+    const auto rounded = hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(du, 0x7FFFu), lsb)));
+    hn::StoreU(hn::TruncateTo(du16, rounded), du16, p);
+  }
+
   template <int C, int A, int B>
   static void DotBf16() {
     static_assert(C != A && C != B && A != B, "tdpbf16ps needs three distinct tiles");
@@ -221,10 +242,11 @@ HWY_AFTER_NAMESPACE();
 // HWY_POP_ATTRIBUTES).
 #include <immintrin.h>
 #define ATTN_HAVE_AMX_TILES 1
-#define ATTN_BEGIN_AMX HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",amx-tile,amx-bf16")
+#define ATTN_BEGIN_AMX HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",amx-tile,amx-bf16,avx512bf16")
 ATTN_BEGIN_AMX
 namespace attn {
 namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
 // GCC's _tile_* macros paste the tile number into their inline assembly,
 // so it must be a literal: one branch per tile, resolved at compile time.
 #define ATTN_AMX_FOR_TILE(T, CALL) \
@@ -269,6 +291,11 @@ struct HardwareAmx {
 #define ATTN_AMX_STORE(t) _tile_stored(t, base, stride)
     ATTN_AMX_FOR_TILE(T, ATTN_AMX_STORE)
 #undef ATTN_AMX_STORE
+  }
+  static HWY_INLINE void StoreWeightsBf16(hn::Vec<hn::ScalableTag<float>> w,
+                                          uint16_t* HWY_RESTRICT p) {
+    const __m256bh bf16 = _mm512_cvtneps_pbh(w.raw);
+    memcpy(p, &bf16, sizeof(bf16));
   }
   // The kernel's 2 x 2 blocking uses accumulators 0-3, A tiles 4-5 and B
   // tiles 6-7: C = A·B for those four combinations.
