@@ -19,13 +19,16 @@
 #include <new>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "attn/attn.h"
 #include "attn/serving.h"
 #include "bench/peak.h"
 #include "bench/widen_probe.h"
+#include "dispatch/tiles.h"
 #include "hwy/aligned_allocator.h"
+#include "kernels/amx/amx.h"
 #ifdef ATTN_BENCH_HAVE_BLAS
 #include "bench/blas_baseline.h"
 #endif
@@ -1242,6 +1245,99 @@ void RunWidenRow(benchmark::State& state, const WidenRow& row) {
   if (g_read_gbps[1] > 0.0) state.counters["bw_ratio"] = benchmark::Counter(gbps / g_read_gbps[1]);
 }
 
+// amx-stages/ rows: the AMX kernel's loop on one all-bf16 head, one thread,
+// the default tiles (dispatch/tiles.cc), each stage's time apart
+// (kernels/common/stage_clock.h) per visible score element: counters
+// <stage>_ns and <stage>_cyc (cycles at the probed scalar clock, clock_ghz),
+// between_ns / between_cyc (every stage but the two tile products: the work
+// the tiles leave to the vectors), tiles_ns, total_ns. On a CPU where the
+// "amx" dot path cannot run, the tile stages run on the emulated tiles
+// (label "tiles: emulated", tiles_hw 0): their figures are the emulation's,
+// the other stages are the target's own vectors, as on Intel.
+// "/weights:general" rows run every row through the general weights
+// (kernels/amx/head-body.h AmxRowWeights, what every row ran before the
+// two-pass AmxRowWeightsPlain): the before beside the after, in one process.
+struct StageRow {
+  int64_t T = 0, d = 0;
+  bool causal = false;
+  bool plain_weights = true;
+  std::string Name() const {
+    return "amx-stages/T:" + std::to_string(T) + "/d:" + std::to_string(d) +
+           "/causal:" + (causal ? "1" : "0") +
+           (plain_weights ? "" : "/weights:general") + "/threads:1";
+  }
+};
+
+std::vector<StageRow> StageRows() {
+  std::vector<StageRow> rows;
+  for (const auto& [T, d, causal] : {std::tuple<int64_t, int64_t, bool>{512, 128, false},
+                                     {2048, 64, false}, {2048, 128, false}, {2048, 128, true}}) {
+    for (bool plain : {false, true}) rows.push_back(StageRow{T, d, causal, plain});
+  }
+  return rows;
+}
+
+double g_clock_ghz = -1.0;  // MeasureClockGhz, once
+
+void RunStageRow(benchmark::State& state, const StageRow& row) {
+  if (g_clock_ghz < 0.0) {
+    g_clock_ghz = attn_bench::MeasureClockGhz();
+    std::fprintf(stderr, "attn-bench: scalar clock %.2f GHz (dependent adds, 1 thread)\n",
+                 g_clock_ghz);
+  }
+  const std::vector<std::string> paths = attn::SupportedDotPaths();
+  const bool hardware = std::find(paths.begin(), paths.end(), "amx") != paths.end();
+  const attn::DType bf16 = attn::DType::kBF16;
+  const size_t n = size_t(row.T * row.d);
+  Buffer q(bf16, n, 1), k(bf16, n, 2), v(bf16, n, 3), out(bf16, n, 0);
+  attn::Problem p;
+  p.q_len = p.kv_len = row.T;
+  p.head_dim = row.d;
+  p.q = attn::DenseBHTD(q.data(), bf16, 1, row.T, row.d);
+  p.k = attn::DenseBHTD(k.data(), bf16, 1, row.T, row.d);
+  p.v = attn::DenseBHTD(v.data(), bf16, 1, row.T, row.d);
+  p.out = attn::DenseBHTD(out.data(), bf16, 1, row.T, row.d);
+  p.causal = row.causal ? attn::Causal::kTopLeft : attn::Causal::kNone;
+  attn::internal::RunConfig config;
+  config.dot_path = hardware ? attn::internal::DotPath::kAmx : attn::internal::DotPath::kAmxEmulated;
+  config.tiles = attn::internal::ChooseTiles(attn::internal::TileInputsFor(p, 1, config.dot_path));
+  if (g_kv_block > 0) config.tiles.kv_block = g_kv_block;
+  attn::internal::StageClock clock;
+  attn::internal::AmxRun run;
+  run.clock = &clock;
+  run.plain_weights = row.plain_weights;
+  for (auto _ : state) {
+    attn::internal::AmxHeads(p, config, hardware, run);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  if (state.iterations() == 0) return;
+  const double pairs = row.causal ? 0.5 * double(row.T) * double(row.T + 1)
+                                  : double(row.T) * double(row.T);
+
+  const double per = 1e9 / (pairs * double(state.iterations()));  // ns per score element
+  using attn::internal::AmxStage;
+  double between = 0.0, tiles = 0.0;
+  for (int i = 0; i < int(AmxStage::kCount); ++i) {
+    const AmxStage stage = AmxStage(i);
+    const double ns = clock.seconds(stage) * per;
+    (attn::internal::IsTileStage(stage) ? tiles : between) += ns;
+    const std::string name = attn::internal::AmxStageName(stage);
+    state.counters[name + "_ns"] = benchmark::Counter(ns);
+    state.counters[name + "_cyc"] = benchmark::Counter(ns * g_clock_ghz);
+  }
+  state.counters["between_ns"] = benchmark::Counter(between);
+  state.counters["between_cyc"] = benchmark::Counter(between * g_clock_ghz);
+  state.counters["tiles_ns"] = benchmark::Counter(tiles);
+  state.counters["total_ns"] = benchmark::Counter(between + tiles);
+  state.counters["GFLOPS"] = benchmark::Counter(4.0 * double(row.d) / (between + tiles));
+  state.counters["clock_ghz"] = benchmark::Counter(g_clock_ghz);
+  state.counters["tiles_hw"] = benchmark::Counter(hardware ? 1.0 : 0.0);
+  state.SetLabel(std::string("tiles: ") + (hardware ? "amx" : "emulated") + ", q_block " +
+                 std::to_string(config.tiles.q_block) + ", kv_block " +
+                 std::to_string(config.tiles.kv_block));
+}
+
 bool HasFlag(int argc, char** argv, const char* prefix) {
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], prefix, std::strlen(prefix)) == 0) return true;
@@ -1323,6 +1419,11 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(r.Name().c_str(),
                                  [r](benchmark::State& state) { RunWidenRow(state, r); })
         ->Unit(benchmark::kMicrosecond);
+  }
+  for (const StageRow& r : StageRows()) {
+    benchmark::RegisterBenchmark(r.Name().c_str(),
+                                 [r](benchmark::State& state) { RunStageRow(state, r); })
+        ->Unit(benchmark::kMillisecond);
   }
   benchmark::Initialize(&args_count, args.data());
   if (benchmark::ReportUnrecognizedArguments(args_count, args.data())) return 1;

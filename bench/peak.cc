@@ -308,6 +308,36 @@ Peak MeasureChains(int threads, double seconds, int repeats, double flops_per_it
 
 size_t PeakProbeLanes() { return HWY_DYNAMIC_DISPATCH(LanesImpl)(); }
 
+double MeasureClockGhz(double seconds, int repeats) {
+  double best = 0.0;
+  volatile uint64_t step_source = 3;
+  for (int r = 0; r < repeats; ++r) {
+    int64_t iters = 1 << 20;
+    for (;;) {
+      // A register operand, not an immediate: Intel's Golden Cove cores
+      // fold chains of adds of immediates at rename (17 "GHz" measured).
+      uint64_t x = uint64_t(r), step = step_source;
+      const double c0 = ThreadCpuSeconds();
+      for (int64_t i = 0; i < iters; ++i) {
+        // Eight dependent adds a pass; the empty asm keeps them in a chain
+        // the compiler can neither fold nor vectorise.
+        for (int u = 0; u < 8; ++u) {
+          x += step;
+          asm volatile("" : "+r"(x), "+r"(step));
+        }
+      }
+      const double dt = ThreadCpuSeconds() - c0;
+      g_sink = float(x & 1u);
+      if (dt >= seconds || iters >= (int64_t(1) << 40)) {
+        if (dt > 0.0) best = std::max(best, 8.0 * double(iters) / dt * 1e-9);
+        break;
+      }
+      iters *= 2;
+    }
+  }
+  return best;
+}
+
 Peak MeasurePeak(int threads, double seconds, int repeats) {
   // An FMA is 2 FLOPs a lane.
   return MeasureChains(threads, seconds, repeats, 2.0 * kChains * double(PeakProbeLanes()),

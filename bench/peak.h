@@ -51,4 +51,11 @@ Peak MeasureAmxPeak(int threads, double seconds = 0.2, int repeats = 4);
 // `repeats` rounds of every stream count.
 Peak MeasureReadBandwidth(int threads, size_t bytes = size_t(256) << 20, int repeats = 3);
 
+// The core's clock in GHz while one thread runs scalar code: a chain of
+// dependent integer adds (one a cycle on every x86 and Arm core here) over
+// the thread's own CPU time, best of `repeats`. attn-bench turns the stage
+// rows' ns into cycles with it. With AVX-512 or AMX busy a core may run
+// slower than this; the cycles are then an underestimate.
+double MeasureClockGhz(double seconds = 0.05, int repeats = 5);
+
 }  // namespace attn_bench
