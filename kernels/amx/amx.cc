@@ -41,6 +41,33 @@ using Amx = EmulatedAmx;
 #undef ATTN_AMX_LAYER_NAME
 }  // namespace emulated
 
+// attn-bench's stage rows on a CPU without AMX (AmxRun::exclude_tiles): no
+// tile instruction runs; each tile store writes as many zero bytes as the
+// tile holds, so the stages between the products see their memory traffic.
+// Results are not attention: only the stage clock reads this layer's runs.
+struct ExcludedAmx : EmulatedAmx {
+  static void Configure(const internal::AmxTileConfig&) {}
+  static void Release() {}
+  template <int T>
+  static void Zero() {}
+  template <int T>
+  static void Load(const void*, int64_t) {}
+  template <int T>
+  static void Store(void* base, int64_t stride) {
+    for (int r = 0; r < internal::kAmxMaxRows; ++r) {
+      memset(static_cast<uint8_t*>(base) + r * stride, 0, internal::kAmxMaxRowBytes);
+    }
+  }
+  template <int C, int A, int B>
+  static void DotBf16() {}
+};
+namespace excluded {
+using Amx = ExcludedAmx;
+#define ATTN_AMX_LAYER_NAME "excluded"
+#include "kernels/amx/head-body.h"  // NOLINT: included per layer
+#undef ATTN_AMX_LAYER_NAME
+}  // namespace excluded
+
 // Views of at most NarrowMaxRows() rows (decode) would fill 16-row tiles
 // with padding: they run the bf16 dot-product kernel's narrow path instead
 // (kernels/bf16dot/narrow-body.h: vdpbf16ps, or its emulation, with the
@@ -54,6 +81,7 @@ void AmxViewEmulated(const internal::HeadView& view, const Tiles& tiles) {
 void AmxHeadsEmulated(const internal::HeadView& view, const Tiles& tiles,
                         const internal::AmxRun& run) {
   thread_local AmxScratch scratch;
+  if (run.exclude_tiles) return excluded::AmxHead(view, tiles, scratch, run);
   emulated::AmxHead(view, tiles, scratch, run);
 }
 

@@ -120,6 +120,8 @@ HWY_INLINE void PackAmxQueries(const uint16_t* HWY_RESTRICT q, int64_t q_stride,
 // and key tile: d/2 u32 moves a key, against 2·q_block·(d + d_v) FLOPs of
 // tile products that use them.
 // k_row(n) gives K row n of the tile, for n increasing (TileRowCursor).
+// Defined below for the targets with a TransposeAmxKeyTile (per target).
+#undef ATTN_AMX_TRANSPOSE_KEYS
 #if HWY_TARGET == HWY_AVX3 && HWY_ARCH_X86
 // One Kp tile from 16 K rows of 32 bf16 (16 u32 pairs) each: a 16 x 16
 // transpose of u32 in registers (unpack 32, unpack 64, two 128-bit block
@@ -154,13 +156,44 @@ HWY_INLINE void TransposeAmxKeyTile(const uint16_t* const* HWY_RESTRICT rows,
   for (int i = 0; i < 16; ++i) _mm512_storeu_si512(tile + 16 * i, r[i]);
   ATTN_MCA_END();
 }
+#define ATTN_AMX_TRANSPOSE_KEYS 1
+#elif HWY_TARGET == HWY_AVX2 && HWY_ARCH_X86
+// The same as four 8 x 8 transposes of u32 (24 shuffles each).
+HWY_INLINE void TransposeAmxKeyTile(const uint16_t* const* HWY_RESTRICT rows,
+                                    uint32_t* HWY_RESTRICT tile) {
+  for (int kb = 0; kb < 2; ++kb) {
+    for (int pb = 0; pb < 2; ++pb) {
+      __m256i r[8], t[8];
+      for (int i = 0; i < 8; ++i) {
+        r[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[8 * kb + i] + 16 * pb));
+      }
+      for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+      }
+      for (int i = 0; i < 8; i += 4) {
+        r[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+      }
+      for (int i = 0; i < 4; ++i) {
+        uint32_t* lo = tile + (8 * pb + i) * 16 + 8 * kb;
+        uint32_t* hi = tile + (8 * pb + i + 4) * 16 + 8 * kb;
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo), _mm256_permute2x128_si256(r[i], r[i + 4], 0x20));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi), _mm256_permute2x128_si256(r[i], r[i + 4], 0x31));
+      }
+    }
+  }
+}
+#define ATTN_AMX_TRANSPOSE_KEYS 1
 #endif
 
 // Kp for keys [0, keys) of a tile (K rows of bf16 bits), zero up to
 // keys_pad keys and d_pad / 2 pairs (layout above). Once per query block
 // and key tile, against 2·q_block·(d + d_v) FLOPs of tile products a key.
-// On AVX3, whole 16-key x 32-column blocks by TransposeAmxKeyTile; the
-// rest (and every block elsewhere) element by element.
+// On AVX3 and AVX2, whole 16-key x 32-column blocks by TransposeAmxKeyTile;
+// the rest (and every block elsewhere) element by element.
 // k_row(n) gives K row n of the tile, for n increasing (TileRowCursor).
 template <class KRow>
 HWY_INLINE void PackAmxKeys(KRow&& k_row, int64_t keys, int64_t keys_pad, int64_t d,
@@ -168,7 +201,7 @@ HWY_INLINE void PackAmxKeys(KRow&& k_row, int64_t keys, int64_t keys_pad, int64_
   const int64_t chunks = d_pad / kAmxPad;  // tiles along d
   const int64_t pairs = (d + 1) / 2, pairs_pad = d_pad / 2;
   int64_t n0 = 0;
-#if HWY_TARGET == HWY_AVX3 && HWY_ARCH_X86
+#ifdef ATTN_AMX_TRANSPOSE_KEYS
   const int64_t whole_chunks = d / kAmxPad;
   if (whole_chunks > 0) {
     const uint16_t* start[16];

@@ -64,6 +64,10 @@ struct AmxRun {
   // false: every row through the general weights (AmxRowWeights), the
   // simple path the two-pass one is tested against.
   bool plain_weights = true;
+  // With the emulated layer only: run no tile instruction at all (attn-bench's
+  // stage rows on CPUs without AMX, which time the other stages alone; the
+  // outputs are then not attention).
+  bool exclude_tiles = false;
 };
 
 }  // namespace attn::internal
