@@ -1260,11 +1260,25 @@ void RunWidenRow(benchmark::State& state, const WidenRow& row) {
 // "/weights:general" rows run every row through the general weights
 // (kernels/amx/head-body.h AmxRowWeights, what every row ran before the
 // two-pass AmxRowWeightsPlain): the before beside the after, in one process.
+// "amx-stages/decode/" rows: all-bf16 GQA decode (T_q = 1, a group of
+// Hq/Hkv query heads a KV head) through the tile loop, each view's group
+// padded to 32 rows, beside the same problem through attention() on the
+// "avx512bf16" path, whose decode is the bf16 pair walk
+// (kernels/bf16dot/narrow-body.h) that "amx" hands groups of fewer than 8
+// rows to (kernels/amx/amx.cc AmxTakesView): counters walk_ns and
+// tiles_over_walk (total_ns / walk_ns; > 1: the walk is faster), where the
+// CPU has both.
 struct StageRow {
   int64_t T = 0, d = 0;
   bool causal = false;
   bool plain_weights = true;
+  int64_t q_heads = 0, kv_heads = 0;  // > 0: a decode row
+  bool Decode() const { return q_heads > 0; }
   std::string Name() const {
+    if (Decode()) {
+      return "amx-stages/decode/Hq:" + std::to_string(q_heads) + "/Hkv:" + std::to_string(kv_heads) +
+             "/Tk:" + std::to_string(T) + "/d:" + std::to_string(d) + "/threads:1";
+    }
     return "amx-stages/T:" + std::to_string(T) + "/d:" + std::to_string(d) +
            "/causal:" + (causal ? "1" : "0") +
            (plain_weights ? "" : "/weights:general") + "/threads:1";
@@ -1276,6 +1290,14 @@ std::vector<StageRow> StageRows() {
   for (const auto& [T, d, causal] : {std::tuple<int64_t, int64_t, bool>{512, 128, false},
                                      {2048, 64, false}, {2048, 128, false}, {2048, 128, true}}) {
     for (bool plain : {false, true}) rows.push_back(StageRow{T, d, causal, plain});
+  }
+  for (int64_t group : {4, 8, 16}) {
+    StageRow r;
+    r.T = 4096;
+    r.d = 128;
+    r.kv_heads = 8;
+    r.q_heads = 8 * group;
+    rows.push_back(r);
   }
   return rows;
 }
@@ -1291,16 +1313,23 @@ void RunStageRow(benchmark::State& state, const StageRow& row) {
   const std::vector<std::string> paths = attn::SupportedDotPaths();
   const bool hardware = std::find(paths.begin(), paths.end(), "amx") != paths.end();
   const attn::DType bf16 = attn::DType::kBF16;
-  const size_t n = size_t(row.T * row.d);
-  Buffer q(bf16, n, 1), k(bf16, n, 2), v(bf16, n, 3), out(bf16, n, 0);
+  const int64_t hq = row.Decode() ? row.q_heads : 1, hkv = row.Decode() ? row.kv_heads : 1;
+  const int64_t tq = row.Decode() ? 1 : row.T;
+  Buffer q(bf16, size_t(hq * tq * row.d), 1), k(bf16, size_t(hkv * row.T * row.d), 2),
+      v(bf16, size_t(hkv * row.T * row.d), 3), out(bf16, size_t(hq * tq * row.d), 0);
   attn::Problem p;
-  p.q_len = p.kv_len = row.T;
+  p.q_heads = hq;
+  p.kv_heads = hkv;
+  p.q_len = tq;
+  p.kv_len = row.T;
   p.head_dim = row.d;
-  p.q = attn::DenseBHTD(q.data(), bf16, 1, row.T, row.d);
-  p.k = attn::DenseBHTD(k.data(), bf16, 1, row.T, row.d);
-  p.v = attn::DenseBHTD(v.data(), bf16, 1, row.T, row.d);
-  p.out = attn::DenseBHTD(out.data(), bf16, 1, row.T, row.d);
-  p.causal = row.causal ? attn::Causal::kTopLeft : attn::Causal::kNone;
+  p.q = attn::DenseBHTD(q.data(), bf16, hq, tq, row.d);
+  p.k = attn::DenseBHTD(k.data(), bf16, hkv, row.T, row.d);
+  p.v = attn::DenseBHTD(v.data(), bf16, hkv, row.T, row.d);
+  p.out = attn::DenseBHTD(out.data(), bf16, hq, tq, row.d);
+  p.causal = row.Decode() ? attn::Causal::kBottomRight
+             : row.causal ? attn::Causal::kTopLeft
+                          : attn::Causal::kNone;
   attn::internal::RunConfig config;
   config.dot_path = hardware ? attn::internal::DotPath::kAmx : attn::internal::DotPath::kAmxEmulated;
   config.tiles = attn::internal::ChooseTiles(attn::internal::TileInputsFor(p, 1, config.dot_path));
@@ -1316,8 +1345,9 @@ void RunStageRow(benchmark::State& state, const StageRow& row) {
     benchmark::ClobberMemory();
   }
   if (state.iterations() == 0) return;
-  const double pairs = row.causal ? 0.5 * double(row.T) * double(row.T + 1)
-                                  : double(row.T) * double(row.T);
+  const double pairs = row.Decode() ? double(hq) * double(row.T)
+                       : row.causal ? 0.5 * double(row.T) * double(row.T + 1)
+                                    : double(row.T) * double(row.T);
 
   const double per = 1e9 / (pairs * double(state.iterations()));  // ns per score element
   using attn::internal::AmxStage;
@@ -1338,6 +1368,21 @@ void RunStageRow(benchmark::State& state, const StageRow& row) {
     state.counters["tiles_ns"] = benchmark::Counter(tiles);
     state.counters["total_ns"] = benchmark::Counter(between + tiles);
     state.counters["GFLOPS"] = benchmark::Counter(4.0 * double(row.d) / (between + tiles));
+  }
+  if (row.Decode() && hardware &&
+      std::find(paths.begin(), paths.end(), "avx512bf16") != paths.end()) {
+    // The same problem on the pair walk, as many times, after the timed loop.
+    attn::Options options;
+    options.threads = 1;
+    options.dot_path = "avx512bf16";
+    attn::attention(p, options);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < int64_t(state.iterations()); ++i) attn::attention(p, options);
+    const double walk_ns = std::chrono::duration<double, std::nano>(
+                               std::chrono::steady_clock::now() - t0).count() /
+                           (pairs * double(state.iterations()));
+    state.counters["walk_ns"] = benchmark::Counter(walk_ns);
+    state.counters["tiles_over_walk"] = benchmark::Counter((between + tiles) / walk_ns);
   }
   state.counters["clock_ghz"] = benchmark::Counter(g_clock_ghz);
   state.counters["tiles_hw"] = benchmark::Counter(hardware ? 1.0 : 0.0);

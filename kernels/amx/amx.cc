@@ -68,12 +68,20 @@ using Amx = ExcludedAmx;
 #undef ATTN_AMX_LAYER_NAME
 }  // namespace excluded
 
-// Views of at most NarrowMaxRows() rows (decode) would fill 16-row tiles
-// with padding: they run the bf16 dot-product kernel's narrow path instead
-// (kernels/bf16dot/narrow-body.h: vdpbf16ps, or its emulation, with the
-// same arithmetic as the tiles: pairs summed in float32, P rounded to bf16).
+// Views of fewer than kAmxMinTileRows rows (decode, a GQA group of up to
+// 4 query heads) would fill the 32-row groups with padding and pack each
+// key for few rows: they run the bf16 dot-product kernel's narrow path
+// instead (kernels/bf16dot/narrow-body.h: vdpbf16ps, or its emulation, with
+// the same arithmetic as the tiles: pairs summed in float32, P rounded to
+// bf16). From 8 rows the tiles are the faster (attn-bench's
+// amx-stages/decode rows; docs/performance.md).
+constexpr int64_t kAmxMinTileRows = 8;
+bool AmxTakesView(const internal::HeadView& view) {
+  return view.tq >= std::min(kAmxMinTileRows, NarrowMaxRows() + 1);
+}
+
 void AmxViewEmulated(const internal::HeadView& view, const Tiles& tiles) {
-  if (view.tq <= NarrowMaxRows()) return internal::Bf16DotTarget(internal::PairDotLayer::kAvx512Bf16Emulated).run_view(view, tiles);
+  if (!AmxTakesView(view)) return internal::Bf16DotTarget(internal::PairDotLayer::kAvx512Bf16Emulated).run_view(view, tiles);
   thread_local AmxScratch scratch;  // per thread (and target), across calls
   emulated::AmxHead(view, tiles, scratch);
 }
@@ -112,7 +120,7 @@ using Amx = HardwareAmx;
 }  // namespace hardware
 
 void AmxViewHardware(const internal::HeadView& view, const Tiles& tiles) {
-  if (view.tq <= NarrowMaxRows()) return internal::Bf16DotTarget(internal::PairDotLayer::kAvx512Bf16).run_view(view, tiles);
+  if (!AmxTakesView(view)) return internal::Bf16DotTarget(internal::PairDotLayer::kAvx512Bf16).run_view(view, tiles);
   thread_local AmxScratch scratch;
   hardware::AmxHead(view, tiles, scratch);
 }

@@ -13,7 +13,7 @@ namespace attn::internal {
 ParallelTarget AmxTarget(bool hardware);
 void AmxStreamingAttention(const Problem& problem, const RunConfig& config, bool hardware);
 // Every view of the problem through the AMX loop on the calling thread
-// (views of at most NarrowMaxRows() rows too, padded to tiles), with the
+// (views of few rows too, padded to tiles), with the
 // run's explicit choices: a stage clock (attn-bench's amx-stages rows) and
 // which weights path (tests compare them).
 void AmxHeads(const Problem& problem, const RunConfig& config, bool hardware, const AmxRun& run);

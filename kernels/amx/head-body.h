@@ -31,9 +31,9 @@
 // attn-bench's amx-stages rows time these stages apart (AmxRun::clock).
 // A V tile holding NaN or ±Inf is mixed in float32 instead (the weights
 // unrounded, a key the row cannot see skipped, as in the narrow path), so
-// those values reach exactly the rows that see their key. Views of at most
-// NarrowMaxRows() rows (decode) take the bf16 dot-product kernel's narrow
-// path (amx.cc).
+// those values reach exactly the rows that see their key. Views of fewer
+// than 8 rows (decode, small GQA groups) take the bf16 dot-product kernel's
+// narrow path (amx.cc AmxTakesView).
 //
 // Each call configures the tiles of its thread (every tile 16 x 64 bytes)
 // and releases them before it returns, so OpenMP workers and callers'
@@ -276,8 +276,8 @@ HWY_INLINE void AmxHead(const internal::HeadView& h, const Tiles& tiles, AmxScra
     if (clock) clock->Lap(stage);
   };
   if (clock) clock->Start();
-  // Views of at most NarrowMaxRows() rows never come here: amx.cc hands
-  // them to the bf16 dot-product kernel.
+  // Views of few rows come here only through AmxHeads: amx.cc hands them
+  // to the bf16 dot-product kernel (AmxTakesView).
   const int64_t q_block = AmxRoundUp(std::max<int64_t>(tiles.q_block, kAmxGroupRows));
   const int64_t kv_block = AmxRoundUp(std::max<int64_t>(tiles.kv_block, kAmxPad));
   scratch.Reserve(q_block, kv_block, h.d, h.dv);
