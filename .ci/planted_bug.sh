@@ -3,7 +3,7 @@
 # kernel. Not run by .ci/run (each builds the library once more); see
 # docs/reliability.md.
 #
-#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|amxlazy|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|rowonepass|stepped|pairrow|paironepass] [--keep]  (default: tail)
+#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|amxrescale|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|rowonepass|stepped|pairrow|paironepass] [--keep]  (default: tail)
 #
 # tail    .ci/planted/tail-off-by-one.patch (issue 7): the tail block of
 #         ForEachRowBlock (kernels/common/microkernels-inl.h) gets one row
@@ -44,10 +44,10 @@
 #         last 32-key step (kernels/amx/head-body.h AmxRowWeightsPlain), so
 #         ragged and causal groups mix stale weights. Release build;
 #         tests/bf16dot_test must fail.
-# amxlazy .ci/planted/amx-lazy-rescale-skipped.patch (issue 55): when the
-#         AMX kernel moves a row's lagging softmax base, it rescales the sum
-#         but not O. Release build; tests/bf16dot_test's AmxLazyRescale
-#         must fail (Bf16DotKernels' random scores never move the base).
+# amxrescale .ci/planted/amx-rescale-skipped.patch (issue 55): when a key
+#         tile raises a row's max, the AMX kernel's two-pass weights rescale
+#         the sum but not O. Release build; tests/bf16dot_test's AmxRescale
+#         (scores climbing across key tiles) must fail.
 # narrowsum .ci/planted/narrow-reduction-swapped.patch (issue 24): the
 #         decode (narrow) path's AVX-512 reduction of sixteen dot products
 #         (SumBlocksOfFour, kernels/streaming/narrow-inl.h) returns keys
@@ -140,8 +140,8 @@ keep=0
 for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
-    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|amxlazy|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|rowonepass|stepped|pairrow|paironepass) case=$arg ;;
-    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|amxlazy|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|rowonepass|stepped|pairrow|paironepass] [--keep]" >&2; exit 2 ;;
+    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|amxrescale|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|rowonepass|stepped|pairrow|paironepass) case=$arg ;;
+    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|amxrescale|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|rowonepass|stepped|pairrow|paironepass] [--keep]" >&2; exit 2 ;;
   esac
 done
 configure=(-DCMAKE_BUILD_TYPE=Release)  # the README's build, unless the case says otherwise
@@ -161,7 +161,7 @@ case "$case" in
   bf16edge) patch=.ci/planted/bf16-odd-key-dropped.patch test=bf16dot_test filter='Shapes/Bf16DotKernels.*' ;;
   amxvnni) patch=.ci/planted/amx-key-halves-swapped.patch test=bf16dot_test filter='Shapes/Bf16DotKernels.*' ;;
   amxedge) patch=.ci/planted/amx-padding-weights-stale.patch test=bf16dot_test filter='Shapes/Bf16DotKernels.*' ;;
-  amxlazy) patch=.ci/planted/amx-lazy-rescale-skipped.patch test=bf16dot_test filter='AmxLazyRescale.*' ;;
+  amxrescale) patch=.ci/planted/amx-rescale-skipped.patch test=bf16dot_test filter='AmxRescale.*' ;;
   narrowsum) patch=.ci/planted/narrow-reduction-swapped.patch test=kernels_test filter='Shapes/KernelsTest.*' ;;
   modifier) patch=.ci/planted/window-off-by-one.patch test=modifiers_test filter='Modifiers.EveryKernelAndTargetIsWithinTheNaiveBound' ;;
   split) patch=.ci/planted/panel-split-off-by-one.patch test=modifiers_test filter='Modifiers.EveryKernelAndTargetIsWithinTheNaiveBound' ;;

@@ -186,24 +186,25 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Bf16DotKernels, ::testing::ValuesIn(Bf16Shapes(
                            return name + "_" + std::to_string(info.index);
                          });
 
-// The AMX kernel's softmax base lags each row's running max by up to
-// kAmxLazyRescale (kernels/amx/head-body.h), so most key tiles leave O
-// alone. Here the scores climb tile by tile (32-key tiles) by less than
-// that (the base stays: weights up to e^6) and by more (the base moves,
-// O and the sum are rescaled), with every query row seeing every tile:
-// within the bound on every target through the emulated tiles and on the
-// tiles themselves where they run, and the general weights path
-// (AmxRowWeights, what rows with modifiers take) alike. A skipped rescale
-// lets an early tile's V outweigh the last tile's (.ci/planted_bug.sh
-// amxlazy).
-TEST(AmxLazyRescale, ScoresClimbingAcrossKeyTilesStayWithinTheBound) {
+// The AMX kernel's two-pass weights (kernels/amx/head-body.h
+// AmxRowWeightsPlain) rescale a row's O and sum whenever a key tile raises
+// its max. Here the scores climb tile by tile (32-key tiles), by little and
+// by much, with every query row seeing every tile: within the bound on
+// every target through the emulated tiles and on the tiles themselves where
+// they run, and the general weights path (AmxRowWeights, what rows with
+// modifiers take) alike. A skipped rescale lets an early tile's V outweigh
+// the last tile's (.ci/planted_bug.sh amxrescale); the random scores of
+// Bf16DotKernels rarely move the max by more than a little.
+TEST(AmxRescale, ScoresClimbingAcrossKeyTilesStayWithinTheBound) {
   PathGuard guard;
   constexpr int64_t kTile = 32, kTiles = 8, kD = 32;
   Shape s = Bf16Shape(2, 1, 40, kTile * kTiles, kD, kD, Causal::kNone);
   s.batch = 1;
   OwnedProblem owned = MakeProblem(s);
   // Q entries 1, K row j entries c_j: scaled score_j = kD·c_j/sqrt(kD),
-  // climbing from tile to tile by these steps (a little noise per key).
+  // climbing from tile to tile by these steps (a little noise per key),
+  // so that without its rescale an early tile's weights reach e^42 over
+  // the last one's.
   const float tile_score[kTiles] = {0.0f, 3.0f, 6.0f, 18.0f, 19.0f, 40.0f, 41.0f, 42.0f};
   for (size_t i = 0; i < owned.q16.size(); ++i) owned.q16[i] = BFloat16Bits(1.0f);
   const float per_unit = std::sqrt(float(kD)) / float(kD);

@@ -66,8 +66,8 @@ HWY_INLINE VF ExpNonPositive(VF x) {
   return hn::IfThenZeroElse(hn::Lt(x2, hn::Set(df, -126.0f)), hn::Mul(p, pow2n));
 }
 
-// 2^x for x <= 16 (the AMX kernel's weights, whose base may lag the row's
-// max by up to kAmxLazyRescale; also -inf, giving 0, and NaN, giving NaN),
+// 2^x for x <= 16 (the AMX kernel's weights, x <= 0 up to the rounding of
+// the scale into the exponent; also -inf, giving 0, and NaN, giving NaN),
 // for weights that are rounded to bf16 next: a degree-5 polynomial for 2^f,
 // f in [-1/2, 1/2], fitted for relative error (at most 3.5e-7 in float32,
 // measured over 2e5 points: ~6000x below bf16's half ulp of 2^-9), times
