@@ -204,14 +204,22 @@ HWY_INLINE void AmxRowWeightsPlain(const internal::HeadView& h, float* HWY_RESTR
   const float log2e = 1.44269504088896341f;
   const VF c = hn::Set(df, h.scale * log2e);
   const VF base = hn::Set(df, (stats.max == neg_inf ? 0.0f : stats.max) * log2e);
-  VF sum = hn::Zero(df);
-  for (j = 0; j < end; j += N) {
-    ATTN_MCA_BEGIN("amx_exp_pass_1_vector_" ATTN_AMX_LAYER_NAME);
-    const VF w = Exp2Weight(hn::MulSub(hn::Load(df, s + j), c, base));
-    sum = hn::Add(sum, w);
-    Amx::StoreWeightsBf16(w, p + j);
+  VF sum0 = hn::Zero(df), sum1 = sum0;
+  for (j = 0; j + 2 * N <= end; j += 2 * N) {
+    ATTN_MCA_BEGIN("amx_exp_pass_2_vectors_" ATTN_AMX_LAYER_NAME);
+    const VF w0 = Exp2Weight(hn::MulSub(hn::Load(df, s + j), c, base));
+    const VF w1 = Exp2Weight(hn::MulSub(hn::Load(df, s + j + N), c, base));
+    sum0 = hn::Add(sum0, w0);
+    sum1 = hn::Add(sum1, w1);
+    Amx::StoreWeightsBf16x2(w0, w1, p + j);
     ATTN_MCA_END();
   }
+  if (j < end) {
+    const VF w = Exp2Weight(hn::MulSub(hn::Load(df, s + j), c, base));
+    sum0 = hn::Add(sum0, w);
+    Amx::StoreWeightsBf16(w, p + j);
+  }
+  const VF sum = hn::Add(sum0, sum1);
   std::fill(p + end, p + keys_pad, uint16_t{0});
   const float tile_sum = hn::GetLane(hn::SumOfLanes(df, sum));
   if (std::isnan(tile_sum)) stats.nan = true;

@@ -189,6 +189,14 @@ struct EmulatedAmx {
     hn::StoreU(hn::TruncateTo(du16, rounded), du16, p);
   }
 
+  // Two vectors: w0 into p, w1 after it.
+  static HWY_INLINE void StoreWeightsBf16x2(hn::Vec<hn::ScalableTag<float>> w0,
+                                            hn::Vec<hn::ScalableTag<float>> w1,
+                                            uint16_t* HWY_RESTRICT p) {
+    StoreWeightsBf16(w0, p);
+    StoreWeightsBf16(w1, p + hn::Lanes(hn::ScalableTag<float>()));
+  }
+
   template <int C, int A, int B>
   static void DotBf16() {
     static_assert(C != A && C != B && A != B, "tdpbf16ps needs three distinct tiles");
@@ -295,6 +303,13 @@ struct HardwareAmx {
   static HWY_INLINE void StoreWeightsBf16(hn::Vec<hn::ScalableTag<float>> w,
                                           uint16_t* HWY_RESTRICT p) {
     const __m256bh bf16 = _mm512_cvtneps_pbh(w.raw);
+    memcpy(p, &bf16, sizeof(bf16));
+  }
+  // vcvtne2ps2bf16: 32 weights an instruction (its first operand's go high).
+  static HWY_INLINE void StoreWeightsBf16x2(hn::Vec<hn::ScalableTag<float>> w0,
+                                            hn::Vec<hn::ScalableTag<float>> w1,
+                                            uint16_t* HWY_RESTRICT p) {
+    const __m512bh bf16 = _mm512_cvtne2ps_pbh(w1.raw, w0.raw);
     memcpy(p, &bf16, sizeof(bf16));
   }
   // The kernel's 2 x 2 blocking uses accumulators 0-3, A tiles 4-5 and B
