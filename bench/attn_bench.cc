@@ -15,6 +15,7 @@
 #include <cstring>
 #include <exception>
 #include <initializer_list>
+#include <limits>
 #include <map>
 #include <new>
 #include <random>
@@ -1260,6 +1261,9 @@ void RunWidenRow(benchmark::State& state, const WidenRow& row) {
 // "/weights:general" rows run every row through the general weights
 // (kernels/amx/head-body.h AmxRowWeights, what every row ran before the
 // two-pass AmxRowWeightsPlain): the before beside the after, in one process.
+// "/mod:mask" (an additive [T, T] float mask, random in [-1, 0] with one
+// -inf key in 16) and "/mod:softcap" (cap 50, Gemma 2's) rows take the
+// scores through AmxPrepareRow before the weights.
 // "amx-stages/decode/" rows: all-bf16 GQA decode (T_q = 1, a group of
 // Hq/Hkv query heads a KV head) through the tile loop, each view's group
 // padded to 32 rows, beside the same problem through attention() on the
@@ -1272,6 +1276,7 @@ struct StageRow {
   int64_t T = 0, d = 0;
   bool causal = false;
   bool plain_weights = true;
+  std::string mod;                    // "", "mask" or "softcap"
   int64_t q_heads = 0, kv_heads = 0;  // > 0: a decode row
   bool Decode() const { return q_heads > 0; }
   std::string Name() const {
@@ -1280,7 +1285,7 @@ struct StageRow {
              "/Tk:" + std::to_string(T) + "/d:" + std::to_string(d) + "/threads:1";
     }
     return "amx-stages/T:" + std::to_string(T) + "/d:" + std::to_string(d) +
-           "/causal:" + (causal ? "1" : "0") +
+           "/causal:" + (causal ? "1" : "0") + (mod.empty() ? "" : "/mod:" + mod) +
            (plain_weights ? "" : "/weights:general") + "/threads:1";
   }
 };
@@ -1289,7 +1294,10 @@ std::vector<StageRow> StageRows() {
   std::vector<StageRow> rows;
   for (const auto& [T, d, causal] : {std::tuple<int64_t, int64_t, bool>{512, 128, false},
                                      {2048, 64, false}, {2048, 128, false}, {2048, 128, true}}) {
-    for (bool plain : {false, true}) rows.push_back(StageRow{T, d, causal, plain});
+    for (bool plain : {false, true}) rows.push_back(StageRow{T, d, causal, plain, ""});
+  }
+  for (const char* mod : {"mask", "softcap"}) {
+    for (bool plain : {false, true}) rows.push_back(StageRow{2048, 128, false, plain, mod});
   }
   for (int64_t group : {4, 8, 16}) {
     StageRow r;
@@ -1330,6 +1338,19 @@ void RunStageRow(benchmark::State& state, const StageRow& row) {
   p.causal = row.Decode() ? attn::Causal::kBottomRight
              : row.causal ? attn::Causal::kTopLeft
                           : attn::Causal::kNone;
+  std::vector<float> mask;
+  if (row.mod == "mask") {
+    mask.resize(size_t(row.T * row.T));
+    std::mt19937 gen(4);
+    std::uniform_real_distribution<float> dist(-1.0f, 0.0f);
+    for (size_t i = 0; i < mask.size(); ++i) {
+      mask[i] = i % 16 == 5 ? -std::numeric_limits<float>::infinity() : dist(gen);
+    }
+    p.mask.data = mask.data();
+    p.mask.row_stride = row.T;
+  } else if (row.mod == "softcap") {
+    p.softcap = 50.0f;
+  }
   attn::internal::RunConfig config;
   config.dot_path = hardware ? attn::internal::DotPath::kAmx : attn::internal::DotPath::kAmxEmulated;
   config.tiles = attn::internal::ChooseTiles(attn::internal::TileInputsFor(p, 1, config.dot_path));

@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -239,6 +240,63 @@ TEST(AmxRescale, ScoresClimbingAcrossKeyTilesStayWithinTheBound) {
       internal::AmxHeads(owned.problem, config, pt.path == "amx", run);
       EXPECT_EQ(FirstBf16DotViolation(owned, ref, bound), "");
       ForceDotPath("auto");
+    }
+  }
+}
+
+// Rows with a mask or score modifiers take the fast weights too, from
+// scores AmxPrepareRow made final (kernels/amx/head-body.h), and fall back
+// to the general weights where the fast form's base would overflow: here
+// rows masked wholly or partly by -FLT_MAX (transformers' masking value;
+// such a row's softmax is uniform over its keys), a fully -inf row, a
+// random mask, soft-cap and ALiBi, over 32-key tiles, on every target
+// through the emulated tiles and on the tiles themselves where they run,
+// beside the general path. Scaling prepared scores twice
+// (.ci/planted_bug.sh amxprepared) or taking the -FLT_MAX rows on the fast
+// form (amxoverflow) fails here.
+TEST(AmxWeights, MaskedAndModifiedRowsStayWithinTheBound) {
+  PathGuard guard;
+  constexpr float kLowest = -std::numeric_limits<float>::max();
+  for (const char* mods : {"mask", "mask+softcap", "alibi"}) {
+    const bool mask = std::string(mods).rfind("mask", 0) == 0;
+    Shape s = Bf16Shape(2, 1, 40, 150, 32, 32, Causal::kNone, mask);
+    s.batch = 1;
+    s.fully_masked_rows = 0;
+    OwnedProblem owned = MakeProblem(s);
+    std::vector<float> slopes = {0.5f, 0.125f};
+    if (mask) {
+      for (int64_t j = 0; j < s.tk; ++j) {
+        owned.mask[size_t(0 * s.tk + j)] = kLowest;                       // wholly
+        owned.mask[size_t(1 * s.tk + j)] = j % 3 ? kLowest : 0.0f;        // partly
+        owned.mask[size_t(2 * s.tk + j)] = j < 100 ? kLowest : -0.5f;     // late keys only
+        owned.mask[size_t(3 * s.tk + j)] = -std::numeric_limits<float>::infinity();
+      }
+      if (std::string(mods) == "mask+softcap") owned.problem.softcap = 2.0f;
+    } else {
+      owned.problem.alibi_slopes.data = slopes.data();
+    }
+    const reference::Result ref = reference::Attention(owned.problem);
+    const Bf16DotBound bound = MakeBf16DotBound(owned, ref);
+    for (const PathTargets& pt : RealDotPaths()) {
+      if (pt.path != "amx-emulated" && pt.path != "amx") continue;
+      for (const std::string& target : pt.targets) {
+        ForceTarget(target);
+        ForceDotPath(pt.path);
+        for (const bool fast : {true, false}) {
+          SCOPED_TRACE(pt.path + " " + target + " " + mods + (fast ? " fast" : " general") +
+                       " weights");
+          internal::RunConfig config;
+          config.tiles = Tiles{64, 32, 1};
+          config.dot_path =
+              pt.path == "amx" ? internal::DotPath::kAmx : internal::DotPath::kAmxEmulated;
+          internal::AmxRun run;
+          run.plain_weights = fast;
+          owned.ClearOutputs();
+          internal::AmxHeads(owned.problem, config, pt.path == "amx", run);
+          EXPECT_EQ(FirstBf16DotViolation(owned, ref, bound), "");
+        }
+        ForceDotPath("auto");
+      }
     }
   }
 }

@@ -17,16 +17,18 @@
 //   3. per group: S = Q·Kᵀ in 2 x 2 tiles of 16 x 16 (tiles 0-3 accumulate,
 //      4-5 hold two Q row tiles, 6-7 two Kp tiles: four tdpbf16ps per four
 //      loads) stored row-major; then per row the weights, rounded to bf16
-//      (to nearest even) into P: for rows without score modifiers or mask
-//      (AmxRowWeightsPlain) two passes over the raw scores, the max and then
-//      the scale, exp, sum and rounding in one; otherwise (AmxRowWeights)
-//      the scale, the score modifiers (soft-cap, ALiBi; modifiers-inl.h
-//      ModifyRow), the mask, the causal limit, the window (a group's keys start at the
-//      tile's first key, where the packed K and V tiles start; a window
-//      skips the tiles outside it) and the online softmax of the narrow path
-//      (narrow-inl.h NarrowSoftmaxRow); then O += P·V in 2 x 2 tiles (tiles
-//      0-3 load O and accumulate every 32-key step of the tile before
-//      storing it back).
+//      (to nearest even) into P, in two passes (AmxRowWeightsPlain: the
+//      max, then the exponent, sum and rounding in one), over the raw
+//      scores where the row has no score modifiers or mask, else over the
+//      scores made final first (AmxPrepareRow: the scale, soft-cap, ALiBi,
+//      mask, causal limit and window; a group's keys start at the tile's
+//      first key, where the packed K and V tiles start; a window skips the
+//      tiles outside it); then O += P·V in 2 x 2 tiles (tiles 0-3 load O
+//      and accumulate every 32-key step of the tile before storing it
+//      back). AmxRowWeights, the simple path (the online softmax of the
+//      narrow path, NarrowSoftmaxRow), takes the rows of a V tile holding
+//      NaN or ±Inf, rows whose scores the fast form cannot take, and every
+//      row when AmxRun::plain_weights is false.
 // attn-bench's amx-stages rows time these stages apart (AmxRun::clock).
 // A V tile holding NaN or ±Inf is mixed in float32 instead (the weights
 // unrounded, a key the row cannot see skipped, as in the narrow path), so
@@ -116,32 +118,55 @@ HWY_INLINE void AmxMixGroup(const AmxScratch& scratch, int64_t keys_pad,
   for (int64_t c = 0; c < scratch.dv_pad(); c += kAmxPad) AmxMixChunk(scratch, keys_pad, c, p, o);
 }
 
-// Query row `row` of the view (row g of its group), keys [j0, j0 + keys) of
-// the tile: its scores scaled, masked and causally limited, one online-
-// softmax step (rescaling its O row), and its weights rounded to bf16 into
-// P, zero from `keys` to keys_pad.
-HWY_INLINE void AmxRowWeights(const internal::HeadView& h, AmxScratch& scratch, int64_t row,
-                              int64_t g, int64_t j0, int64_t keys, int64_t keys_pad,
-                              NarrowRowStats& stats, float* HWY_RESTRICT o) {
+// Query row `row`'s scores over keys [j0, j0 + keys) of the tile (s) made
+// final in place: scaled, soft-capped or ALiBi-shifted, masked, causally
+// limited and windowed, in that order, which decides what NaN and -inf do.
+HWY_INLINE void AmxPrepareRow(const internal::HeadView& h, float* HWY_RESTRICT s, int64_t row,
+                              int64_t j0, int64_t keys) {
   const DF df;
-  const hn::Rebind<uint16_t, DPairU> du16;
   const int64_t N = int64_t(hn::Lanes(df));
-  float* HWY_RESTRICT s = scratch.s(g);
   const VF scale = hn::Set(df, h.scale);
-  for (int64_t j = 0; j < keys; j += N) {
-    ATTN_MCA_BEGIN("amx_general_scale_1_vector_" ATTN_AMX_LAYER_NAME);
-    hn::Store(hn::Mul(hn::Load(df, s + j), scale), df, s + j);
-    ATTN_MCA_END();
-  }
   const bool modified = h.HasScoreModifiers();
-  if (modified) ModifyRow(h, row, j0, keys, s);  // soft-cap, ALiBi
-  if (h.mask) {
-    const float* HWY_RESTRICT m = h.mask + row * h.mask_row_stride + j0 * h.mask_col_stride;
-    for (int64_t j = 0; j < keys; ++j) s[j] += m[j * h.mask_col_stride];
+  const float* HWY_RESTRICT m =
+      h.mask ? h.mask + row * h.mask_row_stride + j0 * h.mask_col_stride : nullptr;
+  if (m && !modified && h.mask_col_stride == 1) {
+    // Scale and mask in one pass (a Mul and an Add: the same bits as two).
+    int64_t j = 0;
+    for (; j + N <= keys; j += N) {
+      hn::Store(hn::Add(hn::Mul(hn::Load(df, s + j), scale), hn::LoadU(df, m + j)), df, s + j);
+    }
+    for (; j < keys; ++j) s[j] = s[j] * h.scale + m[j];
+  } else {
+    for (int64_t j = 0; j < keys; j += N) {
+      ATTN_MCA_BEGIN("amx_general_scale_1_vector_" ATTN_AMX_LAYER_NAME);
+      hn::Store(hn::Mul(hn::Load(df, s + j), scale), df, s + j);
+      ATTN_MCA_END();
+    }
+    if (modified) ModifyRow(h, row, j0, keys, s);  // soft-cap, ALiBi
+    if (m) {
+      for (int64_t j = 0; j < keys; ++j) s[j] += m[j * h.mask_col_stride];
+    }
   }
   const int64_t visible = std::clamp<int64_t>(h.KeyEnd(row) - j0, 0, keys);
   std::fill(s + visible, s + keys, -std::numeric_limits<float>::infinity());
   if (modified) WindowRow(h, row, j0, keys, s);
+}
+
+// Query row `row` of the view (row g of its group), keys [j0, j0 + keys) of
+// the tile, the simple path: its scores prepared (AmxPrepareRow, unless
+// `prepared` says s already holds them), one online-softmax step (rescaling
+// its O row), and its weights rounded to bf16 into P, zero from `keys` to
+// keys_pad. The weights also stay in s as float32, which AmxMixNonFinite
+// reads.
+HWY_INLINE void AmxRowWeights(const internal::HeadView& h, AmxScratch& scratch, int64_t row,
+                              int64_t g, int64_t j0, int64_t keys, int64_t keys_pad,
+                              NarrowRowStats& stats, float* HWY_RESTRICT o,
+                              bool prepared = false) {
+  const DF df;
+  const hn::Rebind<uint16_t, DPairU> du16;
+  const int64_t N = int64_t(hn::Lanes(df));
+  float* HWY_RESTRICT s = scratch.s(g);
+  if (!prepared) AmxPrepareRow(h, s, row, j0, keys);
   // Pads s with -inf to whole vectors: those weights come out -0.
   NarrowSoftmaxRow(s, keys, stats, o, h.dv);
   uint16_t* HWY_RESTRICT p = scratch.p(g);
@@ -154,24 +179,30 @@ HWY_INLINE void AmxRowWeights(const internal::HeadView& h, AmxScratch& scratch, 
   std::fill(p + vectors_end, p + keys_pad, uint16_t{0});
 }
 
-// AmxRowWeights for a row without score modifiers (sinks apart, which
-// FinishRow adds) or mask, with a scale > 0 and a finite V tile: two passes
-// over the raw scores instead of five. The max of the raw row times the
-// scale is the max of the scaled row (x -> fl(x·scale) is monotone), so the
-// scale goes into the exponent: w = 2^(s·c - base·log2 e), c = scale·log2 e,
-// one MulSub a vector; the weights go straight to bf16 in P, their float32
-// sum (NaN iff a score or the base is NaN, which sets the row's flag) into
-// the stats. Keys past the row's causal limit get 0. The base is the row's
-// running max, moved (and O and the sum rescaled) whenever a tile raises
-// it, so the largest weight is exactly 1 in bf16 too: a base lagging the
-// max by up to 8, which skips most rescales, measured 2-3% more rms error
-// on the output (docs/performance.md), and rescales cost little once per
-// row and 512-key tile.
+// The fast weights of a row whose V tile is finite: two passes over s, the
+// max and then the exponent, sum and bf16 rounding in one, where
+// AmxRowWeights takes four. s holds the row's scores divided by `scale` >
+// 0: the raw dot products (scale = h.scale) of a row without score
+// modifiers (sinks apart, which FinishRow adds) or mask, or the scores
+// AmxPrepareRow made (scale = 1). The max of s times the scale is the max
+// of the scores (x -> fl(x·scale) is monotone), so the scale goes into the
+// exponent: w = 2^(s·c - base), c = scale·log2 e, base = max·log2 e, one
+// MulSub a vector; the weights go straight to bf16 in P, their float32 sum
+// (NaN iff a score is NaN, which sets the row's flag) into the stats. Keys past the row's causal limit get 0, and so do -inf
+// scores (masked, outside the window). The base is the row's running max,
+// moved (and O and the sum rescaled) whenever a tile raises it, so the
+// largest weight is exactly 1 in bf16 too: a base lagging the max by up to
+// 8, which skips most rescales, measured 2-3% more rms error on the output
+// (docs/performance.md), and rescales cost little once per row and 512-key
+// tile. Returns false, with the stats, O and P untouched, where the base
+// would not be finite: a max beyond FLT_MAX / (scale·log2 e) in size
+// (a row masked wholly by -FLT_MAX, as transformers writes its masks), or
+// NaN or +inf; AmxRowWeights then takes the row.
 // s: the row's scores, p: its weights, o: its O row (dv_pad floats).
-HWY_INLINE void AmxRowWeightsPlain(const internal::HeadView& h, float* HWY_RESTRICT s,
+HWY_INLINE bool AmxRowWeightsPlain(const internal::HeadView& h, float* HWY_RESTRICT s,
                                    uint16_t* HWY_RESTRICT p, int64_t row, int64_t j0,
-                                   int64_t keys, int64_t keys_pad, NarrowRowStats& stats,
-                                   float* HWY_RESTRICT o, int64_t dv_pad) {
+                                   int64_t keys, int64_t keys_pad, float scale,
+                                   NarrowRowStats& stats, float* HWY_RESTRICT o, int64_t dv_pad) {
   const DF df;
   const int64_t N = int64_t(hn::Lanes(df));
   const float neg_inf = -std::numeric_limits<float>::infinity();
@@ -191,7 +222,15 @@ HWY_INLINE void AmxRowWeightsPlain(const internal::HeadView& h, float* HWY_RESTR
   }
   for (; j < end; j += N) m0 = hn::Max(m0, hn::Load(df, s + j));
   const VF m = hn::Max(hn::Max(m0, m1), hn::Max(m2, m3));
-  const float tile_max = end > 0 ? hn::GetLane(hn::MaxOfLanes(df, m)) * h.scale : neg_inf;
+  // Every lane -inf: MaxOfLanes may give -FLT_MAX (EMU128 starts from it).
+  const bool none = end == 0 || hn::AllTrue(df, hn::Eq(m, hn::Set(df, neg_inf)));
+  const float s_max = none ? neg_inf : hn::GetLane(hn::MaxOfLanes(df, m));
+  const float log2e = 1.44269504088896341f;
+  const float tile_max = s_max * scale;
+  if (!none && !(std::isfinite(tile_max * log2e) &&
+                 std::isfinite(std::max(tile_max, stats.max) * log2e))) {
+    return false;
+  }
   if (tile_max > stats.max) {
     if (stats.sum > 0.0f) {
       const float alpha = std::exp(stats.max - tile_max);
@@ -201,8 +240,7 @@ HWY_INLINE void AmxRowWeightsPlain(const internal::HeadView& h, float* HWY_RESTR
     }
     stats.max = tile_max;
   }
-  const float log2e = 1.44269504088896341f;
-  const VF c = hn::Set(df, h.scale * log2e);
+  const VF c = hn::Set(df, scale * log2e);
   const VF base = hn::Set(df, (stats.max == neg_inf ? 0.0f : stats.max) * log2e);
   VF sum0 = hn::Zero(df), sum1 = sum0;
   for (j = 0; j + 2 * N <= end; j += 2 * N) {
@@ -222,8 +260,9 @@ HWY_INLINE void AmxRowWeightsPlain(const internal::HeadView& h, float* HWY_RESTR
   const VF sum = hn::Add(sum0, sum1);
   std::fill(p + end, p + keys_pad, uint16_t{0});
   const float tile_sum = hn::GetLane(hn::SumOfLanes(df, sum));
-  if (std::isnan(tile_sum)) stats.nan = true;
+  if (std::isnan(tile_sum)) stats.nan = true;  // a NaN score (vmaxps may drop it)
   stats.sum += tile_sum;
+  return true;
 }
 
 // O rows of a group += P·V in float32 for a V tile (rows in `runs`)
@@ -286,10 +325,11 @@ HWY_INLINE void AmxHead(const internal::HeadView& h, const Tiles& tiles, AmxScra
   scratch.Reserve(q_block, kv_block, h.d, h.dv);
   const auto* q = static_cast<const uint16_t*>(h.q);
   NarrowRowStats* HWY_RESTRICT stats = scratch.stats();
-  // Rows whose weights take the two-pass AmxRowWeightsPlain (per V tile,
-  // also that V is finite).
-  const bool plain = run.plain_weights && h.softcap == 0.0f && h.alibi_slope == 0.0f && h.window_left < 0 &&
-                     h.window_right < 0 && !h.mask && h.scale > 0.0f;
+  // With the fast weights (AmxRowWeightsPlain, for tiles whose V is
+  // finite), whether they start from the raw scores, or from scores that
+  // AmxPrepareRow made final first.
+  const bool raw = h.softcap == 0.0f && h.alibi_slope == 0.0f && h.window_left < 0 &&
+                   h.window_right < 0 && !h.mask && h.scale > 0.0f;
   const internal::AmxTileConfig config = internal::FullAmxTiles();
   Amx::Configure(config);
 
@@ -332,12 +372,15 @@ HWY_INLINE void AmxHead(const internal::HeadView& h, const Tiles& tiles, AmxScra
         lap(AmxStage::kScores);
         float* HWY_RESTRICT o = scratch.o(g0);
         for (int64_t g = 0; g < group_rows; ++g) {
-          if (plain && !bad) {
-            AmxRowWeightsPlain(h, scratch.s(g), scratch.p(g), r0 + g, j0, keys, keys_pad,
-                               stats[g0 + g], o + g * scratch.dv_pad(), scratch.dv_pad());
-          } else {
-            AmxRowWeights(h, scratch, r0 + g, g, j0, keys, keys_pad, stats[g0 + g],
-                          o + g * scratch.dv_pad());
+          float* HWY_RESTRICT s = scratch.s(g);
+          float* HWY_RESTRICT o_row = o + g * scratch.dv_pad();
+          const bool fast = run.plain_weights && !bad;
+          if (fast && !raw) AmxPrepareRow(h, s, r0 + g, j0, keys);
+          if (!fast || !AmxRowWeightsPlain(h, s, scratch.p(g), r0 + g, j0, keys, keys_pad,
+                                           raw ? h.scale : 1.0f, stats[g0 + g], o_row,
+                                           scratch.dv_pad())) {
+            AmxRowWeights(h, scratch, r0 + g, g, j0, keys, keys_pad, stats[g0 + g], o_row,
+                          fast && !raw);
           }
         }
         if (bad) {
