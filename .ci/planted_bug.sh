@@ -3,7 +3,7 @@
 # kernel. Not run by .ci/run (each builds the library once more); see
 # docs/reliability.md.
 #
-#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|amxrescale|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|rowonepass|stepped|pairrow|paironepass] [--keep]  (default: tail)
+#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|amxrescale|amxprepared|amxoverflow|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|rowonepass|stepped|pairrow|paironepass] [--keep]  (default: tail)
 #
 # tail    .ci/planted/tail-off-by-one.patch (issue 7): the tail block of
 #         ForEachRowBlock (kernels/common/microkernels-inl.h) gets one row
@@ -48,6 +48,14 @@
 #         tile raises a row's max, the AMX kernel's two-pass weights rescale
 #         the sum but not O. Release build; tests/bf16dot_test's AmxRescale
 #         (scores climbing across key tiles) must fail.
+# amxprepared .ci/planted/amx-prepared-scaled-twice.patch (issue 55): rows
+#         with a mask or score modifiers, their scores already scaled by
+#         AmxPrepareRow, take the two-pass weights with the scale once more.
+#         Release build; tests/bf16dot_test's AmxWeights must fail.
+# amxoverflow .ci/planted/amx-base-overflow-kept.patch (issue 55): the
+#         two-pass weights keep rows whose base max·log2(e) overflows (rows
+#         masked wholly by -FLT_MAX). Release build; tests/bf16dot_test's
+#         AmxWeights must fail.
 # narrowsum .ci/planted/narrow-reduction-swapped.patch (issue 24): the
 #         decode (narrow) path's AVX-512 reduction of sixteen dot products
 #         (SumBlocksOfFour, kernels/streaming/narrow-inl.h) returns keys
@@ -140,8 +148,8 @@ keep=0
 for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
-    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|amxrescale|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|rowonepass|stepped|pairrow|paironepass) case=$arg ;;
-    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|amxrescale|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|rowonepass|stepped|pairrow|paironepass] [--keep]" >&2; exit 2 ;;
+    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|amxrescale|amxprepared|amxoverflow|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|rowonepass|stepped|pairrow|paironepass) case=$arg ;;
+    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|amxrescale|amxprepared|amxoverflow|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|rowonepass|stepped|pairrow|paironepass] [--keep]" >&2; exit 2 ;;
   esac
 done
 configure=(-DCMAKE_BUILD_TYPE=Release)  # the README's build, unless the case says otherwise
@@ -162,6 +170,8 @@ case "$case" in
   amxvnni) patch=.ci/planted/amx-key-halves-swapped.patch test=bf16dot_test filter='Shapes/Bf16DotKernels.*' ;;
   amxedge) patch=.ci/planted/amx-padding-weights-stale.patch test=bf16dot_test filter='Shapes/Bf16DotKernels.*' ;;
   amxrescale) patch=.ci/planted/amx-rescale-skipped.patch test=bf16dot_test filter='AmxRescale.*' ;;
+  amxprepared) patch=.ci/planted/amx-prepared-scaled-twice.patch test=bf16dot_test filter='AmxWeights.*' ;;
+  amxoverflow) patch=.ci/planted/amx-base-overflow-kept.patch test=bf16dot_test filter='AmxWeights.*' ;;
   narrowsum) patch=.ci/planted/narrow-reduction-swapped.patch test=kernels_test filter='Shapes/KernelsTest.*' ;;
   modifier) patch=.ci/planted/window-off-by-one.patch test=modifiers_test filter='Modifiers.EveryKernelAndTargetIsWithinTheNaiveBound' ;;
   split) patch=.ci/planted/panel-split-off-by-one.patch test=modifiers_test filter='Modifiers.EveryKernelAndTargetIsWithinTheNaiveBound' ;;
