@@ -187,6 +187,35 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Bf16DotKernels, ::testing::ValuesIn(Bf16Shapes(
                            return name + "_" + std::to_string(info.index);
                          });
 
+// Calls fn(path, target) for each AMX path ("amx-emulated", and "amx"
+// where it runs) on each target it runs on, with both forced.
+template <class Fn>
+void ForEachAmxPathAndTarget(const Fn& fn) {
+  for (const PathTargets& pt : RealDotPaths()) {
+    if (pt.path != "amx-emulated" && pt.path != "amx") continue;
+    for (const std::string& target : pt.targets) {
+      ForceTarget(target);
+      ForceDotPath(pt.path);
+      fn(pt.path, target);
+      ForceDotPath("auto");
+    }
+  }
+}
+
+// Runs the AMX kernel's loop itself (internal::AmxHeads) on `path` ("amx"
+// or "amx-emulated") with these tiles, on the two-pass weights or, with
+// fast_weights false, on the general ones for every row.
+void RunAmxHeads(OwnedProblem& owned, const std::string& path, const Tiles& tiles,
+                 bool fast_weights) {
+  internal::RunConfig config;
+  config.tiles = tiles;
+  config.dot_path = path == "amx" ? internal::DotPath::kAmx : internal::DotPath::kAmxEmulated;
+  internal::AmxRun run;
+  run.plain_weights = fast_weights;
+  owned.ClearOutputs();
+  internal::AmxHeads(owned.problem, config, path == "amx", run);
+}
+
 // The AMX kernel's two-pass weights (kernels/amx/head-body.h
 // AmxRowWeightsPlain) rescale a row's O and sum whenever a key tile raises
 // its max. Here the scores climb tile by tile (32-key tiles), by little and
@@ -218,30 +247,18 @@ TEST(AmxRescale, ScoresClimbingAcrossKeyTilesStayWithinTheBound) {
   for (size_t i = 0; i < owned.k16.size(); ++i) owned.k[i] = FromBFloat16Bits(owned.k16[i]);
   const reference::Result ref = reference::Attention(owned.problem);
   const Bf16DotBound bound = MakeBf16DotBound(owned, ref);
-  for (const PathTargets& pt : RealDotPaths()) {
-    if (pt.path != "amx-emulated" && pt.path != "amx") continue;
-    for (const std::string& target : pt.targets) {
-      ForceTarget(target);
-      ForceDotPath(pt.path);
-      for (const KernelId kernel : {KernelId::kStreaming, KernelId::kParallel}) {
-        const Variant variant = MakeVariant("tiles32", kernel, 1, Tiles{32, kTile, 1});
-        SCOPED_TRACE(pt.path + " " + target + " " + variant.name);
-        owned.ClearOutputs();
-        attention(owned.problem, variant.options);
-        EXPECT_EQ(FirstBf16DotViolation(owned, ref, bound), "");
-      }
-      SCOPED_TRACE(pt.path + " " + target + " general weights");
-      internal::RunConfig config;
-      config.tiles = Tiles{64, kTile, 1};
-      config.dot_path = pt.path == "amx" ? internal::DotPath::kAmx : internal::DotPath::kAmxEmulated;
-      internal::AmxRun run;
-      run.plain_weights = false;
+  ForEachAmxPathAndTarget([&](const std::string& path, const std::string& target) {
+    for (const KernelId kernel : {KernelId::kStreaming, KernelId::kParallel}) {
+      const Variant variant = MakeVariant("tiles32", kernel, 1, Tiles{32, kTile, 1});
+      SCOPED_TRACE(path + " " + target + " " + variant.name);
       owned.ClearOutputs();
-      internal::AmxHeads(owned.problem, config, pt.path == "amx", run);
+      attention(owned.problem, variant.options);
       EXPECT_EQ(FirstBf16DotViolation(owned, ref, bound), "");
-      ForceDotPath("auto");
     }
-  }
+    SCOPED_TRACE(path + " " + target + " general weights");
+    RunAmxHeads(owned, path, Tiles{64, kTile, 1}, /*fast_weights=*/false);
+    EXPECT_EQ(FirstBf16DotViolation(owned, ref, bound), "");
+  });
 }
 
 // Rows with a mask or score modifiers take the fast weights too, from
@@ -277,27 +294,14 @@ TEST(AmxWeights, MaskedAndModifiedRowsStayWithinTheBound) {
     }
     const reference::Result ref = reference::Attention(owned.problem);
     const Bf16DotBound bound = MakeBf16DotBound(owned, ref);
-    for (const PathTargets& pt : RealDotPaths()) {
-      if (pt.path != "amx-emulated" && pt.path != "amx") continue;
-      for (const std::string& target : pt.targets) {
-        ForceTarget(target);
-        ForceDotPath(pt.path);
-        for (const bool fast : {true, false}) {
-          SCOPED_TRACE(pt.path + " " + target + " " + mods + (fast ? " fast" : " general") +
-                       " weights");
-          internal::RunConfig config;
-          config.tiles = Tiles{64, 32, 1};
-          config.dot_path =
-              pt.path == "amx" ? internal::DotPath::kAmx : internal::DotPath::kAmxEmulated;
-          internal::AmxRun run;
-          run.plain_weights = fast;
-          owned.ClearOutputs();
-          internal::AmxHeads(owned.problem, config, pt.path == "amx", run);
-          EXPECT_EQ(FirstBf16DotViolation(owned, ref, bound), "");
-        }
-        ForceDotPath("auto");
+    ForEachAmxPathAndTarget([&](const std::string& path, const std::string& target) {
+      for (const bool fast : {true, false}) {
+        SCOPED_TRACE(path + " " + target + " " + mods + (fast ? " fast" : " general") +
+                     " weights");
+        RunAmxHeads(owned, path, Tiles{64, 32, 1}, fast);
+        EXPECT_EQ(FirstBf16DotViolation(owned, ref, bound), "");
       }
-    }
+    });
   }
 }
 
