@@ -47,12 +47,12 @@
 // O(q_block·(d + d_v) + kv_block·(d + d_v)) (AmxScratch).
 
 // S rows [0, 32) x keys [32·step, 32·step + 32) of a group: raw dot
-// products q·k, into s (rows scratch.keys() floats apart).
+// products q·k, into s (rows scratch.s_stride() floats apart).
 HWY_INLINE void AmxScoreStep(const AmxScratch& scratch, const uint16_t* HWY_RESTRICT q,
                              int64_t step, float* HWY_RESTRICT s) {
   const int64_t d_pad = scratch.d_pad(), chunks = d_pad / kAmxPad;
   const int64_t q_bytes = d_pad * int64_t(sizeof(uint16_t));
-  const int64_t s_bytes = scratch.keys() * int64_t(sizeof(float));
+  const int64_t s_bytes = scratch.s_stride() * int64_t(sizeof(float));
   const uint32_t* HWY_RESTRICT kp = scratch.kp();
   const int64_t n = 2 * step;  // the first of two 16-key tiles
   Amx::Zero<0>();
@@ -71,8 +71,8 @@ HWY_INLINE void AmxScoreStep(const AmxScratch& scratch, const uint16_t* HWY_REST
   }
   Amx::Store<0>(s + n * 16, s_bytes);
   Amx::Store<1>(s + (n + 1) * 16, s_bytes);
-  Amx::Store<2>(s + 16 * scratch.keys() + n * 16, s_bytes);
-  Amx::Store<3>(s + 16 * scratch.keys() + (n + 1) * 16, s_bytes);
+  Amx::Store<2>(s + 16 * scratch.s_stride() + n * 16, s_bytes);
+  Amx::Store<3>(s + 16 * scratch.s_stride() + (n + 1) * 16, s_bytes);
 }
 
 // S of a group over keys [0, keys_pad).
@@ -83,15 +83,15 @@ HWY_INLINE void AmxScoreGroup(const AmxScratch& scratch, const uint16_t* HWY_RES
 
 // O rows [0, 32) x columns [c, c + 32) of a group (o, d_v_pad floats a row)
 // += P · Vp over keys_pad keys (p: the group's bf16 weights, rows
-// scratch.keys() apart).
+// scratch.p_stride() apart).
 HWY_INLINE void AmxMixChunk(const AmxScratch& scratch, int64_t keys_pad, int64_t c,
                             const uint16_t* HWY_RESTRICT p, float* HWY_RESTRICT o) {
   const int64_t dv_pad = scratch.dv_pad();
   const int64_t o_bytes = dv_pad * int64_t(sizeof(float));
-  const int64_t p_bytes = scratch.keys() * int64_t(sizeof(uint16_t));
+  const int64_t p_bytes = scratch.p_stride() * int64_t(sizeof(uint16_t));
   const int64_t v_bytes = dv_pad * int64_t(sizeof(uint32_t));
   const uint32_t* HWY_RESTRICT vp = scratch.vp();
-  const uint16_t* HWY_RESTRICT p16 = p + 16 * scratch.keys();
+  const uint16_t* HWY_RESTRICT p16 = p + 16 * scratch.p_stride();
   Amx::Load<0>(o + c, o_bytes);
   Amx::Load<1>(o + c + 16, o_bytes);
   Amx::Load<2>(o + 16 * dv_pad + c, o_bytes);

@@ -71,20 +71,26 @@ class AmxScratch {
     internal::GrowScratch(q_, q_size_, size_t(q_rows_ * d_pad_));
     internal::GrowScratch(kp_, kp_size_, size_t(keys_ * d_pad_ / 2));
     internal::GrowScratch(vp_, vp_size_, size_t(keys_ / 2 * dv_pad_));
-    internal::GrowScratch(s_, s_size_, size_t(kAmxGroupRows * keys_));
-    internal::GrowScratch(p_, p_size_, size_t(kAmxGroupRows * keys_));
+    // Rows 64 bytes longer than the keys: at a row stride of a power of
+    // two, the 16 rows a tile store or load touches share few L1 sets.
+    s_stride_ = keys_ + 16;
+    p_stride_ = keys_ + 32;
+    internal::GrowScratch(s_, s_size_, size_t(kAmxGroupRows * s_stride_));
+    internal::GrowScratch(p_, p_size_, size_t(kAmxGroupRows * p_stride_));
     internal::GrowScratch(o_, o_size_, size_t(q_rows_ * dv_pad_));
     if (stats_.size() < size_t(q_rows_)) stats_.resize(size_t(q_rows_));
   }
   int64_t d_pad() const { return d_pad_; }
   int64_t dv_pad() const { return dv_pad_; }
-  int64_t keys() const { return keys_; }  // row stride of s and p
+  int64_t keys() const { return keys_; }
+  int64_t s_stride() const { return s_stride_; }  // floats
+  int64_t p_stride() const { return p_stride_; }  // bf16 elements
   // Query row r of the block, bf16, d_pad wide.
   uint16_t* q(int64_t r) const { return q_.get() + r * d_pad_; }
   uint32_t* kp() const { return kp_.get(); }
   uint32_t* vp() const { return vp_.get(); }
-  float* s(int64_t r) const { return s_.get() + r * keys_; }  // row r of the group
-  uint16_t* p(int64_t r) const { return p_.get() + r * keys_; }
+  float* s(int64_t r) const { return s_.get() + r * s_stride_; }  // row r of the group
+  uint16_t* p(int64_t r) const { return p_.get() + r * p_stride_; }
   float* o(int64_t r) const { return o_.get() + r * dv_pad_; }  // row r of the block
   NarrowRowStats* stats() { return stats_.data(); }
   std::vector<TileRun>* runs() { return &runs_; }
@@ -95,7 +101,7 @@ class AmxScratch {
   hwy::AlignedFreeUniquePtr<uint32_t[]> kp_, vp_;
   hwy::AlignedFreeUniquePtr<float[]> s_, o_;
   size_t q_size_ = 0, kp_size_ = 0, vp_size_ = 0, s_size_ = 0, p_size_ = 0, o_size_ = 0;
-  int64_t q_rows_ = 0, keys_ = 0, d_pad_ = 0, dv_pad_ = 0;
+  int64_t q_rows_ = 0, keys_ = 0, s_stride_ = 0, p_stride_ = 0, d_pad_ = 0, dv_pad_ = 0;
   std::vector<NarrowRowStats> stats_;
 };
 
