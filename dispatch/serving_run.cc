@@ -456,25 +456,36 @@ class Runner {
     return d;
   }
 
-  // The batch-1 sub-problem of rows [a, b) (of the sequence), kv heads
-  // [g, g + heads), keys [k0, k1) whose first K and V rows (kv head g) are
-  // at k and v, writing rows' results at `dest` (its row 0 = sequence row
-  // a, its head 0 = kv head g's first query head). The score modifiers
-  // are the sequence's (with Config's diag_shift), the sinks only with
-  // `sinks` (one sub-problem of each row carries them).
+  // One kernel call of a piece: rows [a, b) of the sequence over keys
+  // [k0, k1) of segment `seg` (kSpans: of every segment, through the
+  // kernel's span entry point), causal (kBottomRight over those keys) or
+  // not.
+  static constexpr size_t kSpans = ~size_t{0};
+  struct Step {
+    size_t seg;
+    int64_t a, b, k0, k1;
+    bool causal;
+  };
+
+  // The batch-1 sub-problem of a step for kv heads [g, g + heads), whose
+  // first K and V rows (kv head g) are at k and v, writing rows' results at
+  // `dest` (its row 0 = sequence row st.a, its head 0 = kv head g's first
+  // query head). The score modifiers are the sequence's (with Config's
+  // diag_shift), the sinks only with `sinks` (one sub-problem of each row
+  // carries them).
   Problem SubProblem(const Piece& p, int64_t g, int64_t heads, const void* k, const void* v,
-                     int64_t a, int64_t b, int64_t k0, int64_t k1, bool causal,
-                     const Dest& dest, bool sinks) const {
+                     const Step& st, const Dest& dest, bool sinks) const {
     const ServingSeq& s = b_.seqs[p.seq];
+    const int64_t a = st.a;
     Problem sub;
     sub.q_heads = group_ * heads;
     sub.kv_heads = heads;
-    sub.q_len = b - a;
-    sub.kv_len = k1 - k0;
+    sub.q_len = st.b - a;
+    sub.kv_len = st.k1 - st.k0;
     sub.head_dim = b_.d;
     sub.value_dim = b_.dv;
     sub.scale = b_.scale;
-    sub.causal = causal ? Causal::kBottomRight : Causal::kNone;
+    sub.causal = st.causal ? Causal::kBottomRight : Causal::kNone;
     sub.q = {ElementOffset(s.q, b_.q_type, a * b_.q_row + g * group_ * b_.q_head), 0, b_.q_head,
              b_.q_row, b_.q_type};
     sub.k = {k, 0, b_.k_head, b_.k_row, b_.k_type};
@@ -490,38 +501,37 @@ class Runner {
     return sub;
   }
 
-  // The kernel call's configuration for rows [a, b) over keys [k0, k1) of
-  // the sequence: diag_shift moves the sub-problem's diagonal (key
-  // i + (k1 - k0) - (b - a) for its row i) to the sequence's (key
-  // a + i + DiagOffset - k0 in the sub-problem's keys).
-  RunConfig Config(const Piece& p, int64_t b, int64_t k1) const {
+  // The kernel call's configuration for a step: diag_shift moves the
+  // sub-problem's diagonal (key i + (k1 - k0) - (b - a) for its row i) to
+  // the sequence's (key a + i + DiagOffset - k0 in the sub-problem's keys).
+  RunConfig Config(const Piece& p, const Step& st) const {
     RunConfig config;
     config.tiles = p.tiles;
     config.threads = 1;
     config.dot_path = p.dot_path;
-    config.diag_shift = DiagOffset(b_.seqs[p.seq]) + b - k1;
+    config.diag_shift = DiagOffset(b_.seqs[p.seq]) + st.b - st.k1;
     return config;
   }
 
-  // Runs the piece's kernel row on rows [a, b) (of the sequence) over keys
-  // [k0, k1) of segment `seg`, writing rows' results at `dest` (its row 0 =
-  // sequence row a).
-  void RunStep(const Piece& p, int64_t g, int64_t heads, const KeySegment& seg, int64_t a,
-               int64_t b, int64_t k0, int64_t k1, bool causal, const Dest& dest,
+  // Runs the piece's kernel row on a step of one segment, writing rows'
+  // results at `dest` (its row 0 = sequence row st.a).
+  void RunStep(const Piece& p, int64_t g, int64_t heads, const Step& st, const Dest& dest,
                bool sinks) const {
-    const int64_t key = k0 - seg.begin;
+    const KeySegment& seg = b_.segments[st.seg];
+    const int64_t key = st.k0 - seg.begin;
     const void* k = ElementOffset(seg.k, b_.k_type, key * b_.k_row + g * b_.k_head);
     const void* v = ElementOffset(seg.v, b_.v_type, key * b_.v_row + g * b_.v_head);
-    p.impl->run(SubProblem(p, g, heads, k, v, a, b, k0, k1, causal, dest, sinks),
-                Config(p, b, k1));
+    p.impl->run(SubProblem(p, g, heads, k, v, st, dest, sinks), Config(p, st));
   }
 
-  // The same over keys [k0, k1) of every segment of the sequence, in one
-  // call of the kernel's span entry point (KernelImpl::run_spans): the
-  // kernel's tiles follow the segments, one online softmax across them.
-  void RunSpansStep(const Piece& p, int64_t g, int64_t heads, int64_t a, int64_t b, int64_t k0,
-                    int64_t k1, bool causal, const Dest& dest, bool sinks) const {
+  // The same for a kSpans step, over keys [k0, k1) of every segment of the
+  // sequence, in one call of the kernel's span entry point
+  // (KernelImpl::run_spans): the kernel's tiles follow the segments, one
+  // online softmax across them.
+  void RunSpansStep(const Piece& p, int64_t g, int64_t heads, const Step& st, const Dest& dest,
+                    bool sinks) const {
     const ServingSeq& s = b_.seqs[p.seq];
+    const int64_t k0 = st.k0, k1 = st.k1;
     thread_local std::vector<KeySpan> spans;
     spans.clear();
     for (size_t si = s.seg_begin; si < s.seg_end; ++si) {
@@ -533,9 +543,8 @@ class Runner {
                        ElementOffset(seg.k, b_.k_type, key * b_.k_row + g * b_.k_head),
                        ElementOffset(seg.v, b_.v_type, key * b_.v_row + g * b_.v_head)});
     }
-    p.impl->run_spans(
-        SubProblem(p, g, heads, spans[0].k, spans[0].v, a, b, k0, k1, causal, dest, sinks),
-        spans.data(), int64_t(spans.size()), Config(p, b, k1));
+    p.impl->run_spans(SubProblem(p, g, heads, spans[0].k, spans[0].v, st, dest, sinks),
+                      spans.data(), int64_t(spans.size()), Config(p, st));
   }
 
   // One item: the piece's rows, its kv head (or every kv head), keys of
@@ -569,13 +578,7 @@ class Runner {
     // The steps: (rows [a, b), keys [k0, k1), causal) per segment; with a
     // kernel that takes spans, for the whole part as one segment (kSpans),
     // when the sequence has more than one.
-    constexpr size_t kSpans = ~size_t{0};
     const bool spans = p.impl->run_spans && s.seg_end - s.seg_begin > 1;
-    struct Step {
-      size_t seg;
-      int64_t a, b, k0, k1;
-      bool causal;
-    };
     thread_local std::vector<Step> steps;
     steps.clear();
     // Keys [seg_begin, seg_end) of segment si (or of every segment: kSpans).
@@ -603,10 +606,9 @@ class Runner {
 
     auto run = [&](const Step& st, int64_t n_heads, const Dest& dest, bool sinks) {
       if (st.seg == kSpans) {
-        RunSpansStep(p, g, n_heads, st.a, st.b, st.k0, st.k1, st.causal, dest, sinks);
+        RunSpansStep(p, g, n_heads, st, dest, sinks);
       } else {
-        RunStep(p, g, n_heads, b_.segments[st.seg], st.a, st.b, st.k0, st.k1, st.causal, dest,
-                sinks);
+        RunStep(p, g, n_heads, st, dest, sinks);
       }
     };
     auto covers = [&](const Step& st) { return st.a == p.r0 && st.b == p.r1; };
