@@ -314,12 +314,15 @@ AutoChoice ExplainKernelChoice(const Problem& problem, const Options& options,
                                const internal::DotPathRequest& dot);
 
 // AutoChoice::path for `kernel` on `problem`'s element types under the
-// call's dot path.
-std::string PathText(KernelId kernel, const Problem& p, internal::DotPath dot_path) {
+// call's dot path; *dot_row: whether the row that runs it is a bf16
+// dot-product row.
+std::string PathText(KernelId kernel, const Problem& p, internal::DotPath dot_path,
+                     bool* dot_row) {
   // The row of the table that runs it (a bf16 dot-product row, say).
   std::string why;
   const internal::KernelImpl* row = internal::FirstAccepting(kernel, p, dot_path, &why);
-  if (row && *row->path) {
+  *dot_row = row && *row->path;
+  if (*dot_row) {
     std::string path = CurrentTarget() + " " + row->path + " (dot path " +
                        internal::DotPathName(dot_path) + ")";
     if (p.out.dtype != DType::kF32) {
@@ -353,7 +356,7 @@ AutoChoice ExplainChoice(const Problem& problem, const Options& options) {
   }
   const internal::DotPathRequest dot = internal::RequestedDotPath(rounded, options.dot_path);
   AutoChoice c = ExplainKernelChoice(rounded, options, dot);
-  c.path = PathText(c.kernel, rounded, internal::ChosenDotPath(c, dot.path));
+  c.path = PathText(c.kernel, rounded, internal::ChosenDotPath(c, dot.path), &c.dot_product_row);
   c.reason += ModifiersText(problem);
   bool any = false;
   for (DType t : {problem.q.dtype, problem.k.dtype, problem.v.dtype}) any |= t != DType::kBF16;

@@ -134,6 +134,13 @@ TEST_F(DotPathTable, AnAllBf16EntrysDotPathIsWhatAutoRuns) {
   EXPECT_EQ(c.dot_path, kEmulatedBf16);
   EXPECT_NE(c.path.find("(dot path avx512bf16-emulated)"), std::string::npos) << c.path;
   EXPECT_NE(c.reason.find("on dot path avx512bf16-emulated"), std::string::npos) << c.reason;
+  EXPECT_TRUE(c.dot_product_row);
+  // The naive kernel has no bf16 dot-product row: it widens on any path,
+  // and the tuner reads that here rather than from the path's text.
+  Options naive = o;
+  naive.kernel = KernelId::kNaive;
+  naive.dot_path = kEmulatedBf16;
+  EXPECT_FALSE(ExplainChoice(owned.problem, naive).dot_product_row);
 
   owned.ClearOutputs();
   attention(owned.problem, o);

@@ -67,6 +67,10 @@ struct AutoChoice {
   // ForceDotPath / ATTN_DOT_PATH, else the tuning entry's, else the default
   // rule); "" for every other problem.
   std::string dot_path;
+  // Whether the row of the kernel table that runs the call takes bf16 dot
+  // products on dot_path (path then names it); false where it widens the
+  // inputs to float32, as every kernel does for other problems.
+  bool dot_product_row = false;
 };
 // For a problem of batch * heads = 1 with d_v = d; threads 0 means what
 // attention() would use (OpenMP's default).

@@ -353,10 +353,7 @@ std::vector<AttnCandidate> EnumerateCandidates(const TuneShape& s, int heads, bo
     o.kernel = kernel;
     o.threads = s.threads;
     o.dot_path = path;
-    // A dot-product row names its dot path in the explanation.
-    return attn::ExplainChoice(shape, o).path.find("(dot path ") != std::string::npos
-               ? path
-               : std::string("widen");
+    return attn::ExplainChoice(shape, o).dot_product_row ? path : std::string("widen");
   };
   AttnCandidate default_candidate{def.kernel, def.tiles, true, {},
                                   effective_path(def.kernel, def.dot_path)};
