@@ -116,120 +116,178 @@ TuningStatus LoadFromEnvironment() {
 
 // ---- the choice ----------------------------------------------------------------
 
-AutoChoice ChooseAutoFrom(const LoadedTable* loaded, const std::string& current_target,
-                          const Problem& problem, const TileInputs& in, const Tiles& requested,
-                          bool explain, const DotPathRequest& dot) {
-  AutoChoice c;
+namespace {
+
+// What the table and the default rule decide for a call, and the facts
+// its explanation names (AutoReason): the decision first, the English
+// apart, so that a hot call builds no sentence.
+struct AutoDecision {
+  enum class Why {
+    kNoTable,              // no tuning table is loaded: the default rule
+    kOtherTarget,          // the table was made for another target: the default rule
+    kNoBucket,             // no entry in the shape's bucket: the default rule
+    kEntryPathCannotRun,   // the entry's dot path cannot run here: the default rule
+    kEntryKernelDeclines,  // the entry's kernel declines this shape: the default rule
+    kEntry,                // the entry's kernel and tiles
+  };
+  Why why = Why::kNoTable;
+  AutoChoice choice;  // everything but the reason
+  ShapeKey key;
+  BucketMatch match;
+  const TuningEntry* entry = nullptr;
+  std::string declined;           // kEntryPathCannotRun, kEntryKernelDeclines: the cause
+  bool one_thread = false;        // the default rule's one-thread kernel on one thread's tiles
+  bool entry_path = false;        // kEntry: the entry's dot path replaced the call's
+  bool splits_from_rule = false;  // kEntry: kv_splits from the default rule
+};
+
+AutoDecision DecideAuto(const LoadedTable* loaded, const std::string& current_target,
+                        const Problem& problem, const TileInputs& in, const Tiles& requested,
+                        const DotPathRequest& dot) {
+  AutoDecision d;
+  AutoChoice& c = d.choice;
   c.threads = in.threads;
   const bool all_bf16 = problem.q.dtype == DType::kBF16 && problem.k.dtype == DType::kBF16 &&
                         problem.v.dtype == DType::kBF16;
   if (all_bf16) c.dot_path = DotPathName(dot.path);
-  const ShapeKey key =
-      MakeShapeKey(in.q_len, in.kv_len, in.head_dim, problem.causal, in.threads, problem.k.dtype,
-                   problem.q.dtype, WindowSpan(problem.window, problem.causal, in.kv_len));
-  // `why` is only called when explaining, so sentences cost nothing otherwise.
-  auto use_default = [&](auto why) {
+  d.key = MakeShapeKey(in.q_len, in.kv_len, in.head_dim, problem.causal, in.threads,
+                       problem.k.dtype, problem.q.dtype,
+                       WindowSpan(problem.window, problem.causal, in.kv_len));
+  auto use_default = [&](AutoDecision::Why why) {
+    d.why = why;
     if (all_bf16) c.dot_path = DotPathName(dot.path);
     c.kernel = DefaultKernel(problem, in.threads, dot.path);
     // A one-thread kernel gets one thread's tiles: the query blocks that
     // ChooseTiles shrinks so that every thread has a unit would only cost
     // the single thread per-block overhead.
-    const bool one_thread = in.threads > 1 && !GetKernelInfo(c.kernel).threaded;
+    d.one_thread = in.threads > 1 && !GetKernelInfo(c.kernel).threaded;
     TileInputs tile_in = in;
-    if (one_thread) tile_in.threads = 1;
+    if (d.one_thread) tile_in.threads = 1;
     c.tiles = ResolveTiles(requested, tile_in);
     c.source = "default";
-    if (explain) {
-      c.reason = why() + "; the default rule picks " + KernelName(c.kernel) + " with " +
-                 TilesText(c.tiles) + " (attn::DefaultTiles)";
-      if (one_thread) {
-        c.reason += " on one thread: " + std::to_string(in.threads) +
-                    (ThreadsPayOff(problem, in.threads)
-                         ? " threads were asked for, but no threaded kernel takes this problem"
-                         : " threads would get under " +
-                               std::to_string(static_cast<long long>(kMinFlopsPerThread)) +
-                               " FLOPs each (attn::internal::ThreadsPayOff)");
-      }
-    }
-    return c;
+    return d;
   };
-  if (!loaded) return use_default([] { return std::string("no tuning table is loaded"); });
+  using Why = AutoDecision::Why;
+  if (!loaded) return use_default(Why::kNoTable);
   const TuningTable& t = loaded->table;
-  if (t.target != current_target) {
-    return use_default([&] {
-      return "the tuning table " + Quoted(loaded->path) + " was made for target " +
-             Quoted(t.target) + " but the kernels now run " + Quoted(current_target);
-    });
-  }
-  const BucketMatch match = FindBucket(t.entries, key);
-  if (match.index < 0) {
-    return use_default([&] {
-      return "the tuning table " + Quoted(loaded->path) + " has no entry in the bucket of " +
-             ShapeText(key) +
-             " (same threads, causal flag and element types, windowed or not, T_q, T_k and a "
-             "window's span within 4x, d within 2x)";
-    });
-  }
-  const TuningEntry& e = t.entries[size_t(match.index)];
+  if (t.target != current_target) return use_default(Why::kOtherTarget);
+  d.match = FindBucket(t.entries, d.key);
+  if (d.match.index < 0) return use_default(Why::kNoBucket);
+  const TuningEntry& e = t.entries[size_t(d.match.index)];
+  d.entry = &e;
   // The entry's dot path, when it has one for an all-bf16 call that has not
   // fixed its own.
   DotPath path = dot.path;
-  const bool entry_path = all_bf16 && !dot.fixed && !e.dot_path.empty();
-  if (entry_path) {
-    std::string why;
+  d.entry_path = all_bf16 && !dot.fixed && !e.dot_path.empty();
+  if (d.entry_path) {
     path = ParseDotPath(e.dot_path);  // the parser checked the name
-    if (!DotPathRunnable(path, &why)) {
-      return use_default([&] {
-        return "the nearest tuned shape (" + ShapeText(e.shape) + ") ran dot path " +
-               e.dot_path + ", which cannot run now: " + why;
-      });
-    }
+    if (!DotPathRunnable(path, &d.declined)) return use_default(Why::kEntryPathCannotRun);
     c.dot_path = e.dot_path;
   }
-  if (std::string declined; !FirstAccepting(e.kernel, problem, path, &declined)) {
-    return use_default([&] {
-      return "the nearest tuned shape (" + ShapeText(e.shape) + ") names " +
-             KernelName(e.kernel) + ", which declines this shape: " + declined;
-    });
+  if (!FirstAccepting(e.kernel, problem, path, &d.declined)) {
+    return use_default(Why::kEntryKernelDeclines);
   }
+  d.why = Why::kEntry;
   c.kernel = e.kernel;
   Tiles tuned = e.tiles;
   // Split-KV pays off only when too few (head, query block) items feed the
   // threads, so a split count holds for the head count it was tuned with.
-  const bool splits_from_rule = in.heads != t.heads;
-  if (splits_from_rule) tuned.kv_splits = ChooseTiles(in).kv_splits;
+  d.splits_from_rule = in.heads != t.heads;
+  if (d.splits_from_rule) tuned.kv_splits = ChooseTiles(in).kv_splits;
   c.tiles = requested;
   if (requested.q_block == 0) c.tiles.q_block = tuned.q_block;
   if (requested.kv_block == 0) c.tiles.kv_block = tuned.kv_block;
   if (requested.kv_splits == 0) c.tiles.kv_splits = tuned.kv_splits;
-  c.source = match.exact ? "table" : "bucket";
-  if (!explain) return c;
+  c.source = d.match.exact ? "table" : "bucket";
+  return d;
+}
 
+// AutoChoice::reason for a decision.
+std::string AutoReason(const AutoDecision& d, const LoadedTable* loaded,
+                       const std::string& current_target, const Problem& problem,
+                       const TileInputs& in, const Tiles& requested, const DotPathRequest& dot) {
+  using Why = AutoDecision::Why;
+  const AutoChoice& c = d.choice;
+  if (d.why != Why::kEntry) {
+    std::string why;
+    switch (d.why) {
+      case Why::kNoTable:
+        why = "no tuning table is loaded";
+        break;
+      case Why::kOtherTarget:
+        why = "the tuning table " + Quoted(loaded->path) + " was made for target " +
+              Quoted(loaded->table.target) + " but the kernels now run " + Quoted(current_target);
+        break;
+      case Why::kNoBucket:
+        why = "the tuning table " + Quoted(loaded->path) + " has no entry in the bucket of " +
+              ShapeText(d.key) +
+              " (same threads, causal flag and element types, windowed or not, T_q, T_k and a "
+              "window's span within 4x, d within 2x)";
+        break;
+      case Why::kEntryPathCannotRun:
+        why = "the nearest tuned shape (" + ShapeText(d.entry->shape) + ") ran dot path " +
+              d.entry->dot_path + ", which cannot run now: " + d.declined;
+        break;
+      case Why::kEntryKernelDeclines:
+        why = "the nearest tuned shape (" + ShapeText(d.entry->shape) + ") names " +
+              KernelName(d.entry->kernel) + ", which declines this shape: " + d.declined;
+        break;
+      case Why::kEntry:
+        break;
+    }
+    std::string reason = why + "; the default rule picks " + KernelName(c.kernel) + " with " +
+                         TilesText(c.tiles) + " (attn::DefaultTiles)";
+    if (d.one_thread) {
+      reason += " on one thread: " + std::to_string(in.threads) +
+                (ThreadsPayOff(problem, in.threads)
+                     ? " threads were asked for, but no threaded kernel takes this problem"
+                     : " threads would get under " +
+                           std::to_string(static_cast<long long>(kMinFlopsPerThread)) +
+                           " FLOPs each (attn::internal::ThreadsPayOff)");
+    }
+    return reason;
+  }
+  const TuningEntry& e = *d.entry;
   char figures[160] = "";
   if (e.figures.gflops > 0.0) {
     std::snprintf(figures, sizeof(figures), " (measured %.1f GFLOP/s, %.2fx the default)",
                   e.figures.gflops, e.figures.speedup_vs_default);
   }
   char distance[32];
-  std::snprintf(distance, sizeof(distance), "%.2f", match.distance);
-  c.reason = match.exact ? "the tuning table " + Quoted(loaded->path) + " has an entry for " +
-                               ShapeText(key)
-                         : "the nearest tuned shape in " + Quoted(loaded->path) + " is " +
-                               ShapeText(e.shape) + " (bucket distance " + distance + ")";
-  c.reason += std::string(": ") + KernelName(e.kernel) + " " + TilesText(e.tiles) + figures;
-  if (entry_path) c.reason += " on dot path " + e.dot_path;
+  std::snprintf(distance, sizeof(distance), "%.2f", d.match.distance);
+  std::string reason =
+      d.match.exact ? "the tuning table " + Quoted(loaded->path) + " has an entry for " +
+                          ShapeText(d.key)
+                    : "the nearest tuned shape in " + Quoted(loaded->path) + " is " +
+                          ShapeText(e.shape) + " (bucket distance " + distance + ")";
+  reason += std::string(": ") + KernelName(e.kernel) + " " + TilesText(e.tiles) + figures;
+  if (d.entry_path) reason += " on dot path " + e.dot_path;
+  const bool all_bf16 = !c.dot_path.empty();
   if (all_bf16 && dot.fixed && !e.dot_path.empty() && e.dot_path != c.dot_path) {
-    c.reason += "; dot path " + c.dot_path + " as fixed by Options::dot_path, ForceDotPath or "
-                "ATTN_DOT_PATH (the entry was tuned on " + e.dot_path + ")";
+    reason += "; dot path " + c.dot_path + " as fixed by Options::dot_path, ForceDotPath or "
+              "ATTN_DOT_PATH (the entry was tuned on " + e.dot_path + ")";
   }
-  if (splits_from_rule) {
-    c.reason += "; kv_splits from the default rule (the table was tuned with " +
-                std::to_string(t.heads) + " head(s), this call has " + std::to_string(in.heads) + ")";
+  if (d.splits_from_rule) {
+    reason += "; kv_splits from the default rule (the table was tuned with " +
+              std::to_string(loaded->table.heads) + " head(s), this call has " +
+              std::to_string(in.heads) + ")";
   }
   if (requested.q_block || requested.kv_block || requested.kv_splits) {
-    c.reason += "; explicit Options::tiles fields kept";
+    reason += "; explicit Options::tiles fields kept";
   }
-  return c;
+  return reason;
+}
+
+}  // namespace
+
+AutoChoice ChooseAutoFrom(const LoadedTable* loaded, const std::string& current_target,
+                          const Problem& problem, const TileInputs& in, const Tiles& requested,
+                          bool explain, const DotPathRequest& dot) {
+  AutoDecision d = DecideAuto(loaded, current_target, problem, in, requested, dot);
+  if (explain) {
+    d.choice.reason = AutoReason(d, loaded, current_target, problem, in, requested, dot);
+  }
+  return std::move(d.choice);
 }
 
 AutoChoice ChooseAuto(const Problem& problem, const TileInputs& in, const Tiles& requested,
