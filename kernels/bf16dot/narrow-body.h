@@ -40,16 +40,11 @@
 // (NarrowScratch) and rows·(d + kv_block) / 2 words of bf16 pairs
 // (Bf16DotScratch::ReserveNarrow).
 //
-// Measured on AMD EPYC Zen 5 (family 26 model 2, AVX3, vdpbf16ps; the VM's
-// other core busy with builds), one thread, d = 128, K/V in L2 (one kv
-// head), best of 30 alternated samples against Options::dot_path "widen":
-// a GQA group of 4 rows over 2048 keys 38.0-39.5 us against 39.9-40.7
-// widened (a first build that rounded P with scalar code took 41.0); 8 rows
-// over 1024 keys 29.0 against 37.7; a single row over 2048 keys 21.8-22.4
-// against 19.7-20.2, so one-row views keep the widened path (a second set
-// of accumulators for one row, against PairDot's latency, did not change
-// that). The pairs halve the product instructions; what is left is the
-// per-key reductions and softmax the two formulations share.
+// GQA groups gain from the pairs; one-row views measured faster widened and
+// keep the widened path (docs/performance.md, "Decode walks: measurements
+// behind the kernel choices"). The pairs halve the product instructions;
+// what is left is the per-key reductions and softmax the two formulations
+// share.
 
 // sums[a] = the sum of acc[a]'s lanes for a < A (16 at a time on AVX-512,
 // four otherwise), as NarrowScoreBlock reduces its accumulators.
@@ -385,48 +380,21 @@ HWY_INLINE void PairNarrowRowMixPair(const uint16_t* HWY_RESTRICT even,
 // 1's, the other rows then mixed two at a time over the tile's V rows
 // again (from L2). Per score and per output lane the operations of the tiled
 // walk (PairNarrowScoreBlock, PairNarrowMixChunk) in its order, so its bits
-// at equal tiles (tests/narrow_pipeline_test.cc).
+// at equal tiles (tests/narrow_pipeline_test.cc). From DRAM it gains over
+// the tiled walk but stays below the read probe, as the widened group walk
+// does (docs/performance.md).
 //
-// Measured on AMD EPYC Zen 4 (family 25 model 17, vdpbf16ps), attn-bench
-// streaming and parallel decode Hq 32 Hkv 8 d 128, all-bf16, against the
-// tiled walk, builds alternated twice in one shell: K/V in L3 (T_k 4096)
-// 87-103 GFLOP/s against 66-83; from DRAM (T_k 32768) one thread 57-63
-// against 42-51 (bw_frac 0.48-0.53 against 0.36-0.44), two threads
-// 104-107 against 87-94. From DRAM it stays below the read probe, as the
-// widened group walk does (narrow_row-inl.h).
-//
-// Groups of 8 (a standalone loop alternating this walk and the tiled one
-// in one process, Hq 64 Hkv 8, d 128, same VM): 1.20-1.21x the tiled
-// walk's speed from DRAM at one thread, 1.11-1.24x at two, 1.06-1.16x from
-// L3 (T_k 4096).
-//
-// Groups of 4 at d = 64 mix all four rows in the first pass (their 16
-// output vectors fit beside the scores' registers): Hq 32 Hkv 8, T_k
-// 32768, all-bf16, one thread, against the two passes, three alternated
-// rounds of three repetitions: medians 217-224 tokens/s against 188-210.
-//
-// Compile time: only these 6 sizes (VP 2 or 4, R 2, 4 or 8), on AVX3 (32
+// Only these 6 sizes (VP 2 or 4, R 2, 4 or 8) are compiled, on AVX3 (32
 // registers), in the layers that run there in earnest (bf16dot.cc
-// kPairRowWalkLayer): bf16dot.cc took 136 s against 95 s without the walk
-// (AVX3 and EMU128 targets, g++ 12), where 1, 2 and 4 vectors with 2 or 4
-// rows in every layer and target took 290 s; rows or VP as runtime values
-// (loops to the bound, each step guarded) ran at 0.5 and 0.4 of the
-// templated walk's speed.
+// kPairRowWalkLayer): more sizes and targets cost compile time, and rows
+// or VP as runtime values ran the walk at half its speed or less
+// (docs/performance.md, "Compile time").
 // K and V rows are requested 2 KiB ahead (PrefetchPairRowAhead), as the
 // widened group walk requests 16-bit rows (narrow_row-inl.h,
-// kGroupPrefetchBytes). Measured on an Intel Xeon with AMX (family 6 model
-// 167, 2-core VM; AMX decode views run this walk), attn-bench decode Hq 32
-// Hkv 8, d 128, all-bf16, builds with and without alternated three times:
-// from DRAM (T_k 32768) one thread 71-74 -> 87-93 tokens/s (bw_frac
-// 0.52-0.59 -> 0.69-0.71), two threads 154-159 -> 199-211; from L3 (T_k
-// 4096) unchanged. On Zen 4 no distance (0 to 8 KiB) changed it
-// (narrow_row-inl.h, kGroupPrefetchBytes). Also tried there and not kept:
-// requesting the next tile's K and V rows (all of them, or its first half;
-// prefetcht0, so into L1) during the second pass over the tile's V rows (rows 2-3, a phase with no
-// reads from DRAM), GQA 32/8 T_k 32768, two rounds: one thread 73-75 and
-// 75-81 tokens/s against 73-88 without, two threads 120-144 and 132-148
-// against 101-169. Rows are adjacent (PairNarrowRowWalks
-// admits only k_stride == d), so the row kGroupPrefetchBytes ahead is whole.
+// kGroupPrefetchBytes): faster from DRAM on the Intel Xeon with AMX (whose
+// decode views run this walk), no change on Zen 4 (docs/performance.md).
+// Rows are adjacent (PairNarrowRowWalks admits only k_stride == d), so the
+// row kGroupPrefetchBytes ahead is whole.
 HWY_INLINE void PrefetchPairRowAhead(const uint16_t* HWY_RESTRICT row, int64_t row_elements) {
   const int64_t row_bytes = row_elements * int64_t(sizeof(uint16_t));
   PrefetchRowLines(reinterpret_cast<const char*>(row) +

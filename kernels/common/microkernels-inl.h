@@ -47,8 +47,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-// 3x4 and 4x3 blockings (fewer broadcasts per FMA) measured 2-7% slower
-// than 6x2 on Zen 3 AVX2: the broadcasts are not the bottleneck.
+// 3x4 and 4x3 blockings (fewer broadcasts per FMA) measured slower than 6x2
+// (docs/performance.md): the broadcasts are not the bottleneck.
 constexpr size_t kPanelVectors = 2;
 #if HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR || \
     (HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3)
@@ -67,11 +67,8 @@ HWY_INLINE size_t PanelWidth() { return kPanelVectors * hn::Lanes(DF()); }
 // 128-bit vectors (interleave + concat, on every target this project
 // builds, as FinishPanel), scalar for the ragged columns. Each element is
 // fl(scale · q), as the element-by-element loop it replaces, so the
-// results are unchanged bit for bit. Against that loop, the streaming
-// kernel at T = 8192, d = 128, causal window W = 512, one thread, took
-// 2.92-2.93 ns per visible pair instead of 2.97-2.99 (AMD EPYC Zen 5,
-// family 26 model 2; two builds alternated, best of 24 calls each): the
-// per-row costs weigh in a short window's rows, not in long ones.
+// results are unchanged bit for bit. It pays in short windows, where the
+// per-row costs weigh, not in long rows (docs/performance.md).
 HWY_INLINE void PackQueryPanelF32(const float* HWY_RESTRICT q, int64_t q_stride, int64_t rows,
                                   int64_t d, float scale, float* HWY_RESTRICT qt) {
   const size_t P = PanelWidth();

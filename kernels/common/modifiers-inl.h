@@ -68,13 +68,9 @@ HWY_INLINE VF Expm1NonNegative(VF a) {
 //   so a NaN lane runs through and is replaced by x at the end; only the
 //   C++-emulated targets zero it first, as a float-to-int conversion of NaN
 //   is undefined behaviour there (UBSan reported it).
-// Measured on AMD EPYC Zen 5 (family 26 model 2, 2-core VM shared with
-// builds), one thread, streaming, T = 2048, d = 128, cap 50, against the
-// uncapped row in the same attn-bench process: 0.90 (0.91 median) non-causal
-// and 0.90 (0.87) causal over 7 interleaved repetitions at load 1.8, where
-// cap · hn::Tanh(clamped quotient) measured 0.81 and 0.83 (load 2.5).
 // Per 16 scores the tile costs about 256 FMAs (d = 128, score and mix), so
-// each vector operation saved here is 0.2-0.4% of the tile's time.
+// each vector operation saved here shows in the capped rows' speed
+// (docs/performance.md, "Prefill: measurements behind the kernel choices").
 HWY_INLINE VF Softcap(VF x, VF cap, VF two_inv_cap) {
   const DF df;
   VF a = hn::Mul(hn::Abs(x), two_inv_cap);

@@ -20,17 +20,15 @@
 //     in a z register, no SVE load or store on the stack).
 // A tile of rows and columns is ATTN_VEC_ARRAY2(V, name, ROWS, COLS) and
 // ATTN_AT2(name, r, c): `V name[ROWS][COLS]` elsewhere (flattened to one
-// index, GCC allocated the x86 registers differently: 0.1-0.3% more or
-// less .text), row major over the 32 locals on SVE. A helper that takes a
-// tile declares the parameter with ATTN_VEC_ARRAY_PARAM(V, name) and reads
-// it with ATTN_AT.
+// index, GCC allocated the x86 registers differently), row major over the
+// 32 locals on SVE. A helper that takes a tile declares the parameter with
+// ATTN_VEC_ARRAY_PARAM(V, name) and reads it with ATTN_AT.
 //
 // Why not a pack of locals handed to lambdas (one formulation for every
 // target): GCC inlines such lambdas only when forced to, and forcing it
-// took kernels/bf16dot/bf16dot.cc from 143 s and 1.2 GB to 370 s and
-// 4.5 GB to compile (AVX3 and EMU128 targets, g++ 12, AMD EPYC Zen 4;
-// over 400 s on the benchmark host's Intel Xeon), while left unforced the
-// x86 kernels ran at 0.38-0.68 of their speed (accumulators in memory).
+// multiplied the compile time and memory of kernels/bf16dot/bf16dot.cc,
+// while left unforced the x86 kernels kept their accumulators in memory
+// and ran far slower (docs/arm.md; docs/performance.md, "Compile time").
 #if defined(ATTN_KERNELS_COMMON_VEC_ARRAY_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_KERNELS_COMMON_VEC_ARRAY_INL_H_
 #undef ATTN_KERNELS_COMMON_VEC_ARRAY_INL_H_

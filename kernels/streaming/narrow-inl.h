@@ -5,8 +5,8 @@
 //
 // Why a second formulation: the panel micro-kernels put P = 2 vectors of
 // query rows in the SIMD lanes, so a view of 1 row fills 1/P of every FMA
-// and decode ran at ~4.5 GB/s of K/V on one core, a quarter of its read
-// bandwidth. Here the lanes run along the head dimension instead:
+// and decode read K/V far below the core's read bandwidth
+// (docs/performance.md). Here the lanes run along the head dimension instead:
 //   scores  s[r][j] = Σ_c q[r][c]·K[j][c]   (dot products, K rows loaded
 //                                            whole, reduced across lanes)
 //   mix     o[r][:] += p[r][j]·V[j][:]      (broadcast p, load V rows)
@@ -33,117 +33,29 @@
 // narrow_q8-inl.h (0.53 of f16's bytes). Extra memory:
 // R·(d + kv_block + dv + padding) floats (NarrowScratch).
 //
-// Decode from DRAM against attn-bench's read probe (bw_frac), measured on
-// AMD EPYC Zen 5 (family 26 model 2, AVX3, 48 KiB L1D, 1 MiB L2 a core; a
-// 2-core VM whose other core was compiling throughout, so single figures
-// move by +-15% and only repeated, alternated comparisons count), T_k =
-// 32768, d = 128, one thread, probe 33-37 GB/s (8 streams): 16 heads f32
-// 0.63-0.65, f16 0.59-0.61, bf16 0.65-0.67; GQA 32/8 f32 0.54, f16 0.44,
-// bf16 0.44-0.52; two threads 0.49-0.60 of the two-thread probe. The same
-// code from L2 (1 head, 512-1024 keys) ran at 60-67 GB/s for f32, 50 for
-// f16, and 24-35 for a GQA group of 4 f32 rows (15-22 for f16): the DRAM
-// rates are close to 1 / (1 / probe + 1 / cached rate), i.e. the memory
-// time adds to the compute time instead of hiding behind it, and a GQA
-// group (4 rows on each loaded byte) is bounded by compute alone. Measured
-// (alternated, same process as a plain 8-stream read), and not kept:
-// - more independent streams: the view's key range cut into 2, 4 or 8
-//   segments of whole tiles, taken in turn, each with its own softmax state
-//   merged at the end (up to 16 K/V streams): 21.0-23.0 GB/s against
-//   21.1-22.4 for one segment (16 heads, f32): no change;
-// - K prefetch distance 0, 8, 32, 128 KiB ahead (the rule below is 8 KiB at
-//   d = 128) x V prefetched for the current tile, 16 or 64 KiB ahead: all
-//   19-24 GB/s, the spread of the noise; with neither K nor V prefetched the
-//   code from L2 is 25-30% faster (88 against 67 GB/s: the prefetch loops
-//   are a quarter of the score pass's time) but from DRAM 5-10% slower, so
-//   both stay;
-// - V tile 8, 32 or 64 KiB instead of 16: 32 KiB measured 24.2-25.1 against
-//   21.8-23.0 GB/s for 16 heads f32, f16 and GQA within the noise; not
-//   taken, as 32 KiB is the whole L1D of Zen 3 / Zen 4, where the comment
-//   in NarrowHead measured the passes evicting each other;
-// - the tile down to 8 or 16 keys with no software prefetch at all (K and V
-//   advancing together, as ggml's flash_attn_ext reads them): 13-20 GB/s
-//   against 24 for the rule here;
-// - prefetcht1, prefetcht2, prefetchnta instead of prefetcht0, or without
-//   the extra request for each row's last byte: 18-23.5 GB/s, the noise.
-// - a software pipeline over the tiles: tile t's softmax, then its mix
-//   interleaved with tile t + 1's scores 16 keys at a time (two score
-//   buffers), so that V of one tile and K of the next stream together:
-//   16 heads f32 19.0-19.2 GB/s against 23.5-23.6 for this file, f16
-//   18.2-19.7 against 21.4-21.9, GQA 32/8 within the noise (two binaries
-//   alternated, read probe 38.6-40.6 GB/s, quiet VM): not kept.
-// For the next attempt, a standalone AVX-512 loop on the same CPU and VM
-// (one row, d = 128, 16 heads x 32768 keys of float32 in DRAM, per key 8
-// FMAs in two chains and one horizontal sum, scalar exp, 32-key tiles;
-// plain K+V read 40-42 GB/s): 30.7 GB/s with no software prefetch at all,
-// 17.8-25 with K and V prefetched (prefetcht0 or t1, 4-256 KiB ahead, one
-// request per 64, 256 or 1024 bytes), 29.5 at 1 MiB ahead with one request
-// per 4 KiB (no gain), and 35.3-35.7 (0.85 of the plain read)
-// when the score of key j of tile t + 1 is computed beside the mix of key j
-// of tile t, i.e. the two streams interleaved a row at a time, not 16; the
-// same loop from L2 ran at 86-100 GB/s, against 60-67 for this file's. So
-// on Zen 5 the bar looks reachable with a cheaper per-key path, per-row
-// interleaving and fewer prefetch requests, none of which is built here;
-// a plain read alternating 16 KiB bursts of two streams already loses
-// 13% (33.3 against 38.4 GB/s for 512-byte bursts).
-// Kept: with AVX-512's 32 registers, 16 score accumulators (12 for 3 rows)
-// finished in vector registers (SumBlocksOfFour), and 4 (not 2) V vectors
-// a mix pass for 3-4 rows: the GQA group of 4 f16 rows from L2 went from
-// 15-22 to 23-25 GB/s, and from DRAM 15.9-19.2 to 16.4-20.7 GB/s; 16 keys
-// a block for one row measured within the noise (kernels_test, dtype_test
-// and gqa_test hold every variant to the float64 bound, and fail by 0.06
-// against bounds of ~2e-6 when SumBlocksOfFour swaps its lanes:
-// .ci/planted_bug.sh narrowsum). For scale, ggml's flash_attn_ext (ggml-
-// python 0.0.45, same VM, one thread, bench/peers/compare.py --set decode)
-// read 16 heads of f32 K/V at 25.6 GB/s to attn's 21.1, f16 at 24.5 to
-// 20.7. The bar of 0.85 of the probe is not reached on this CPU: that needs
-// the compute from cache well above the probe's rate (it is 1.7-1.9x for
-// 16 heads, ~1x for GQA), i.e. cheaper reductions and softmax per key, or
-// an overlap of memory and compute that none of the variants above gave.
-//
-// The pipelined walk (NarrowPipelines: one-row views, K and V of one 16- or
-// 32-bit type, whole V vectors; NarrowPipelinedKeys) is that overlap: tile
-// t's mix and tile t + 1's scores a key (four keys of scores) at a time, so
-// that the K and V streams both stay in flight, each requested 16 float32
-// rows' worth of bytes ahead. A standalone AVX2 loop of this shape on AMD
-// EPYC Zen 3 (16 heads x 32768 keys, d = 128, float32, medians of 9
-// alternated rounds against the best 4- or 8-stream plain read of the same
-// bytes) read at 0.85-0.90 of the plain read, the tiled K-then-V order at
-// 0.69-0.73. In the kernel (attn-bench streaming/decode Hq 16 Hkv 16 Tk
-// 32768 d 128, two binaries alternated three times, same Zen 3 VM under
-// outside load): float32 one thread 12.4-14.7 GB/s against 9.8-11.0 tiled
-// (bw_frac 0.64-0.72 against 0.44-0.54), bf16 10.0-14.5 against 8.6-9.9,
-// f16 10.2-10.4 against 9.3-10.1; two threads float32 15.8-23.6 against
-// 15.1-22.0, f16 18.9-19.2 against 15.3-16.7. Its results are the tiled
-// walk's bit for bit (tests/narrow_pipeline_test.cc), so every test of the
-// tiled walk holds for it. Scoring one key a step instead of four ran the
-// 16-bit rows 10-15% below the tiled walk (a lone FMA chain and a full
-// reduction per key); GQA groups pipelined lost for 16-bit types (see
-// NarrowPipelines). Mixing 4 keys a pass (kNarrowPipelineStep: o loaded
-// and stored once per 4 keys, not per key) then ran 16 heads of bf16 at
-// 12.7-13.9 GB/s against 9.9-12.3 and f16 at 14.1-14.4 against 11.4-13.1
-// (same Zen 3 VM, builds alternated three times, T_k = 32768, bw_frac
-// 0.61-0.70 for 16-bit); float32, whose rows are two column chunks, at
-// 11.7-13.2 against 13.2, so it mixes a key at a time as before (then
-// 13.7-14.6 against 12.5-15.4, the 16-bit rows 11.0-14.6 against 9.8-12.2
-// in two more alternated rounds, read probe 20.2-24.3 GB/s). Not yet
-// at 0.85 in the kernel: the remaining gap to the standalone loop is the
-// per-key work around the same arithmetic (the score reduction and
-// softmax, the row cursors and prefetch requests).
-//
-// The row walk (narrow_row-inl.h: views of 1, 2 or 4 rows with d = d_v of
-// 2, 4 or 8 vectors, i.e. d <= 128 on AVX-512) found most of that gap elsewhere: the
-// score blocks here load their keys' K vectors a column at a time across
-// the block's rows, an order across cache lines that cost a standalone
-// loop half its DRAM rate on Zen 4, and the software prefetch that order
-// needs cost the rest. Reading each K row whole, K and V a row at a time
-// each, with no prefetch, took 16 heads of float32 from 0.39-0.48 to
-// 0.76-0.91 of the read probe (AMD EPYC Zen 4; figures in that file). GQA
-// groups of 2 or 4 rows take it too (each K row's dot products for all the
-// rows, rows 0-1 mixed beside them, rows 2-3 over the tile's V rows again
-// from L1): float32 GQA 32/8 from 0.37-0.41 to 0.56-0.66; 16-bit groups
-// stayed at 0.40-0.46, near Zen 4's FMA limit for 4 rows (64 vector FMAs
-// per 512 bytes of K/V). Only this file's score blocks with the same row
-// order and no prefetch measured 0.27-0.54 against 0.36-0.44.
+// Three walks over the tiles; the measurements behind each choice, and the
+// variants tried and not kept, are in docs/performance.md ("Decode walks:
+// measurements behind the kernel choices"):
+// - the tiled walk (NarrowGroupTile: each tile's scores, softmax, then mix):
+//   from DRAM its memory time adds to its compute time rather than hiding
+//   behind it, so it reads well below the read probe. On AVX-512 (32
+//   registers) it keeps 16 score accumulators (12 for 3 rows), reduced in
+//   vector registers (SumBlocksOfFour), and mixes 4 V vectors a pass for
+//   3-4 rows. The tests hold every variant to the float64 bound, and catch
+//   a reduction's lanes swapped (.ci/planted_bug.sh narrowsum);
+// - the pipelined walk (NarrowPipelines: one-row views, K and V of one 16-
+//   or 32-bit type, whole V vectors; NarrowPipelinedKeys): tile t's mix and
+//   tile t + 1's scores a step of keys at a time, so that the K and V
+//   streams both stay in flight, each requested 16 float32 rows' worth of
+//   bytes ahead. Its results are the tiled walk's bit for bit
+//   (tests/narrow_pipeline_test.cc), so every test of the tiled walk holds
+//   for it;
+// - the row walk (narrow_row-inl.h: views of 1, 2 or 4 rows with d = d_v of
+//   2, 4 or 8 vectors, i.e. d <= 128 on AVX-512): each K row read whole, K
+//   and V a row at a time each. The tiled score blocks load their keys' K
+//   vectors a column at a time across the block's rows, an order across
+//   cache lines that costs DRAM rate, and the software prefetch that order
+//   needs costs more; reading rows whole in address order avoids both.
 #if defined(ATTN_KERNELS_STREAMING_NARROW_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_KERNELS_STREAMING_NARROW_INL_H_
 #undef ATTN_KERNELS_STREAMING_NARROW_INL_H_
@@ -178,9 +90,9 @@ namespace attn {
 namespace HWY_NAMESPACE {
 
 // Views of at most NarrowMaxRows() query rows take the narrow path: half a
-// panel. Measured on Zen 3 AVX2 (16-row panels), decode with K/V in DRAM:
-// 4 rows 10 GB/s narrow vs 4.5 panel, 8 rows ~10 vs 4.9; at 12 rows the
-// panel is 3/4 full and does about the FMA work of three 4-row groups.
+// panel, up to which it decoded from DRAM faster than the panels
+// (docs/performance.md); at 12 of 16 rows the panel is 3/4 full and does
+// about the FMA work of three 4-row groups.
 HWY_INLINE int64_t NarrowMaxRows() { return int64_t(PanelWidth()) / 2; }
 
 // Rows sharing each loaded K vector and V vector in the micro-kernels
@@ -280,7 +192,7 @@ constexpr bool kNarrowWideRegisters = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3;
 // With 32 registers, 16 accumulators (12 for R = 3), which SumBlocksOfFour
 // reduces at once: a GQA group of 4 rows then takes 4 keys at a time
 // instead of 2 (the reduction, not the FMAs, was most of the score time:
-// see the file comment).
+// docs/performance.md).
 template <int R>
 constexpr int NarrowKeysPerBlock() {
   if (kNarrowWideRegisters) return R == 1 ? 16 : R == 2 ? 8 : 4;
@@ -382,9 +294,9 @@ HWY_INLINE void NarrowScoreBlock(const NarrowScratch& scratch, int64_t row0, int
 
 // Requests V rows [j, j + count) into the cache. The mix reads each V row in
 // column chunks at the row stride; for V not in cache that access pattern
-// waits on memory once per row (decode with K/V in DRAM ran at ~7 GB/s on
-// Zen 3 without this), while the score pass reads K sequentially and the
-// hardware prefetcher keeps up with it.
+// waits on memory once per row (decode with K/V in DRAM was slower without
+// this: docs/performance.md), while the score pass reads K sequentially
+// and the hardware prefetcher keeps up with it.
 // Requests the cache lines of one row of row_bytes bytes: every 64 bytes,
 // and its last byte, whose line a row not aligned to 64 bytes also touches.
 HWY_INLINE void PrefetchRowLines(const char* HWY_RESTRICT row, int64_t row_bytes) {
@@ -401,13 +313,11 @@ HWY_INLINE void PrefetchRows(const void* HWY_RESTRICT rows, DType type, int64_t 
 }
 
 // K rows are requested this many keys ahead of the score pass (into the
-// next tile; never past the view's last key). The hardware prefetcher alone
-// left decode with K in DRAM at ~8 GB/s; 16 keys ahead gave ~9.6. Farther
-// (64, 128, 256 keys), or V rows requested a tile ahead instead of during
-// the same tile's scores, measured 5-15% slower (MHA decode, T_k = 32768;
-// all on AMD EPYC Zen 3, AVX2). Measured for float32 K: the distance is in
-// bytes ahead (16 keys of float32 rows), so a 16-bit K is requested 32 keys
-// ahead, a q8_0 K 60 (KeyPrefetchDistance; any whole number of q8_0 blocks).
+// next tile; never past the view's last key): 16 keys beat both the
+// hardware prefetcher alone and farther distances (docs/performance.md).
+// Chosen for float32 K: the distance is in bytes ahead (16 keys of float32
+// rows), so a 16-bit K is requested 32 keys ahead, a q8_0 K 60
+// (KeyPrefetchDistance; any whole number of q8_0 blocks).
 constexpr int64_t kKeyPrefetchDistance = 16;
 HWY_INLINE int64_t KeyPrefetchDistance(DType k_type) {
   return kKeyPrefetchDistance * internal::BytesOf(DType::kF32, 32) / internal::BytesOf(k_type, 32);
@@ -417,10 +327,9 @@ HWY_INLINE int64_t KeyPrefetchDistance(DType k_type) {
 // those keys are: in the run being scored or in a later one (a page further
 // on: with 16-token pages of a 16-bit K, 32 keys ahead is two pages on).
 // Requesting only the next run's first keys at the start of each run, as
-// the q8_0 path still does, left paged decode (kv heads side by side) with
-// 16- and 128-token pages at 0.57-0.69 and 0.85-0.93 of the contiguous
-// layout's rate; this, 0.65-0.75 and 0.91-0.96 (AMD EPYC Zen 5, builds
-// alternated, attn-bench serving/decode_step; docs/serving.md).
+// the q8_0 path still does, left paged decode (kv heads side by side)
+// further below the contiguous layout's rate (docs/performance.md;
+// docs/serving.md).
 class KeyPrefetcher {
  public:
   KeyPrefetcher(const internal::HeadView& h, int64_t key_end)
@@ -744,18 +653,14 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
 // vectors, the row walk: NarrowRowWalks): one row (a decode query per
 // head), K and V of one 16- or 32-bit type (q8_0 has its own passes), and V
 // rows of whole vectors. Other views take the tiled walk (NarrowGroupTile).
-// A GQA group of 4 rows pipelined (its o rows loaded and stored per key, one
-// FMA chain per row and key) ran 16-bit decode at 0.28-0.30 of the probe
-// against 0.38-0.45 tiled, float32 about even (AMD EPYC Zen 3, attn-bench
-// streaming/decode Hq 32 Hkv 8). With o loaded and stored once per 4 keys
-// (kNarrowPipelineStep, NarrowMixKeys) and 2 keys a score block, 4-row
-// groups pipelined ran within the noise of tiled (same VM, two binaries
-// alternated four times, T_k = 32768: float32 8.7-11.1 GB/s against
-// 8.9-10.0, f16 6.7-9.5 against 7.6-9.7, bf16 6.4-7.6 against 7.1-9.0), so
-// groups stay tiled, except with in_run: the view is one of a run that
-// shares token rows (NarrowHeads: the kv heads of token-major K/V, [T,
-// kv_heads, d] or FlashAttention's pages), whose views then take each step
-// in lockstep, and there groups of 2 or 4 rows pipeline as well.
+// A GQA group of 4 rows pipelined was slower than tiled for 16-bit K/V with
+// o loaded and stored per key, and within the noise of tiled with o loaded
+// and stored once per 4 keys (kNarrowPipelineStep, NarrowMixKeys) and 2
+// keys a score block (docs/performance.md), so groups stay tiled, except
+// with in_run: the view is one of a run that shares token rows
+// (NarrowHeads: the kv heads of token-major K/V, [T, kv_heads, d] or
+// FlashAttention's pages), whose views then take each step in lockstep,
+// and there groups of 2 or 4 rows pipeline as well.
 HWY_INLINE bool NarrowPipelines(const internal::HeadView& h, bool in_run = false) {
   const int64_t N = int64_t(hn::Lanes(DF()));
   const bool rows = h.tq == 1 || (in_run && (h.tq == 2 || h.tq == 4));
@@ -768,20 +673,15 @@ HWY_INLINE bool NarrowPipelines(const internal::HeadView& h, bool in_run = false
 // K and V rows adjacent in memory, of one type (float32, bf16, f16, or q8_0
 // for one row where a vector tiles a block), d = d_v of 2, 4 or 8 whole
 // vectors (NarrowRowStepExists). q8_0 groups keep the tiled walk: the group
-// walk, which dequantises each V row twice (rows 0-1, then 2-3), ran GQA
-// 32/8 q8_0 decode at 92-95 tokens/s against 108-117 (AMD EPYC Zen 4).
-// Rows adjacent within each run: dense head-major K/V, and head-major pages
-// ([num_blocks, kv_heads, block_size, d], vLLM's CPU layout), whose runs the
-// walk's cursors and its requests ahead follow. Strided rows (token-major
-// K/V and pages, 8 kv heads of bf16 in each token row) keep the pipelined
-// walk: taken by the row walk they ran slower, with no software prefetch
-// (AMD EPYC Zen 4, attn-bench serving/decode_step: 6.0-6.3 GB/s against 7.0
-// at one thread, 7.9-10.6 against 13.0-14.7 at two) and with it (Intel Xeon,
-// family 6 model 167, 2-core VM, the same rows, two rounds alternated in one
-// build: contiguous bw_frac 0.47-0.53 against 0.55-0.57, pages about even).
-// Head-major pages on the same Intel VM, the row walk against the pipelined
-// walk: pages of 128 tokens 0.57-0.60 of the probe against 0.50-0.51, of 16
-// tokens 0.44-0.50 against 0.40-0.45 (one and two threads).
+// walk, which dequantises each V row twice (rows 0-1, then 2-3), ran them
+// slower. Rows adjacent within each run: dense head-major K/V, and
+// head-major pages ([num_blocks, kv_heads, block_size, d], vLLM's CPU
+// layout), whose runs the walk's cursors and its requests ahead follow.
+// Strided rows (token-major K/V and pages, 8 kv heads of bf16 in each token
+// row) keep the pipelined walk: the row walk ran them slower, with software
+// prefetch and without, while it ran head-major pages faster (figures:
+// docs/performance.md, "Decode walks: measurements behind the kernel
+// choices"; docs/serving.md).
 HWY_INLINE bool NarrowRowWalks(const internal::HeadView& h) {
   const int64_t N = int64_t(hn::Lanes(DF()));
   const int64_t vectors = h.dv / N;
@@ -826,17 +726,16 @@ HWY_INLINE int64_t NarrowPipelinedKeys(const internal::HeadView& h, NarrowScratc
   scratch.SetScoreBuffer(1 - cur);
   constexpr int64_t S = kNarrowPipelineStep;
   // Four dot products at a time for the horizontal sums (SumFourPerBlock)
-  // where the registers allow: one key a step ran 16-bit decode 10-15%
-  // slower than the tiled walk, its single FMA chain and reduction per key
-  // exposed (AMD EPYC Zen 3).
+  // where the registers allow: one key a step ran 16-bit decode slower than
+  // the tiled walk, its single FMA chain and reduction per key exposed.
   constexpr int KB = std::min<int>(int(S), NarrowKeysPerBlock<R>());
   static_assert(S % KB == 0, "a step is whole score blocks");
   // S keys a mix pass only where a V row is one column chunk (16-bit V at
   // d = 128 on AVX2) or for groups: a one-row float32 row of two chunks was
-  // then read half a row at a time across the S rows, and 16 heads of
-  // float32 ran at 11.7-13.2 GB/s against 13.2 a key at a time (AMD EPYC
-  // Zen 3); a group mixed a key at a time loads and stores o once per FMA
-  // of each row (4 rows of 8 vectors, 2 column chunks on AVX-512).
+  // then read half a row at a time across the S rows, no faster than a key
+  // at a time (docs/performance.md); a group mixed a key at a time loads
+  // and stores o once per FMA of each row (4 rows of 8 vectors, 2 column
+  // chunks on AVX-512).
   const bool mix_whole_rows = R > 1 || vectors <= NarrowMixVectors<R>();
   const int64_t steps = std::min(std::max(keys, next_keys), j_until);
   int64_t j = j_begin;
@@ -1127,8 +1026,8 @@ class NarrowWalk {
 // compiled once per target, not inlined into every kernel that takes the
 // narrow path (the streaming and parallel kernels, each bf16 dot-product
 // layer): the streaming kernel's translation unit was the longest step of
-// every build (309 s with g++ 12 -O3, 800 s with clang-14 -O1 under ASan +
-// UBSan, on 2 Zen 4 cores), with the parallel and bf16dot ones next.
+// every build, with the parallel and bf16dot ones next (docs/performance.md,
+// "Compile time").
 //
 // Views of up to NarrowMaxRows() rows: normalised output and lse.
 void NarrowHead(const internal::HeadView& h, const Tiles& tiles, NarrowScratch& scratch);

@@ -26,46 +26,14 @@
 // keys at any d: KeyPrefetchDistance), a contiguous run of rows (the
 // usual dense cache) as one span of cache lines.
 //
-// Measured on AMD EPYC Zen 5 (family 26 model 2, AVX3, 48 KiB L1D, 1 MiB
-// L2; a 2-core VM whose other core was busy with builds throughout, so
-// single runs move by +-15% and only alternated runs in one process
-// count), one thread, d = 128:
-// - decode from DRAM, T_k = 32768, attn-bench streaming rows, f16 and
-//   q8_0 alternated in one process (5-8 repetitions interleaved,
-//   bench/README.md), tokens/s medians of three runs (read probe 37.8,
-//   33.8, 28.5 GB/s): 16 heads f16 77.1 / 63.6 / 65.6, q8_0 128.3 / 111.7 /
-//   116.8, 1.66x / 1.75x / 1.78x (bw_frac 0.47-0.58); GQA 32/8 f16 143.7
-//   / 114.4 / 111.1, q8_0 205.9 / 176.3 / 169.1, 1.43x / 1.54x / 1.52x
-//   (bw_frac 0.37-0.42). Issue 24's bar, 1.7x, holds for 16 heads in two
-//   runs of three and not for GQA (below: why);
-// - the same code from L2 (4 heads x 256 keys, GQA 8/2 x 512; a scratch
-//   driver timing attention() in a loop): 16-head-like views 107 M keys/s
-//   (27.5 G elements/s) against f16's 101 M, GQA groups of 4 rows 56 M
-//   (14.4 G elements/s) against f16's 49 M. A GQA group is bound by
-//   compute, at the same rate from L2 as from DRAM (13.8 G elements/s
-//   there), so its tokens/s over f16's is its compute speed over f16's
-//   from DRAM, 1.4-1.5x; 16 heads from DRAM is 1 / (1 / probe + 1 /
-//   cached rate), as narrow-inl.h's measurements found for f32 and f16.
-// Per key and row group the arithmetic is what it must be: per 16
-// elements, one int8 load-and-extend, one conversion and one multiply by
-// the scale, shared by the group's rows, then one FMA per row (f16: one
-// conversion); with 4 rows that is 80 FMA/multiply-pipe operations a key,
-// 40 cycles at two a cycle, where the group takes ~66 at the 3.6 GHz the
-// FMA probe implies (f32 groups: ~94 against 32): the rest is the
-// narrow path's per-key work (reductions, softmax, loop and prefetch
-// overhead), shared with the other types.
-// Measured and not kept:
-// - folding the scale into the dot products for one row (K: the chunk's
-//   q · int8 sum times the scale, one multiply per block instead of one
-//   per vector, with a per-tile check that every scale is finite, since
-//   inf · sum differs from the sum of q · (int8 · inf); V: the weight times
-//   the block's scale, then FMAs with the int8 values): 82-84 M keys/s
-//   from L2 against 105-108 for dequantising each vector, and V alone
-//   folded 95: the extra dependent multiply per block, and the scale
-//   check, cost more than the multiplies they save;
-// - K prefetched 16, 60 (the rule), 120, 240 or 480 keys ahead (T_k =
-//   32768, one process each): 107-117 tok/s for 16 heads and 162-189 for
-//   GQA, all within the noise of one another.
+// Why q8_0 pays on decode: 16 heads are bound by memory, so fewer bytes
+// read are faster; a GQA group is bound by its arithmetic (per 16 elements
+// one int8 load-and-extend, one conversion and one multiply by the scale,
+// shared by the group's rows, then one FMA per row), so its tokens/s over
+// f16's is its compute speed over f16's. Measurements, and the variants
+// tried and not kept (the scale folded into the dot products, other K
+// prefetch distances): docs/performance.md ("Decode walks: measurements
+// behind the kernel choices").
 #if defined(ATTN_KERNELS_STREAMING_NARROW_Q8_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_KERNELS_STREAMING_NARROW_Q8_INL_H_
 #undef ATTN_KERNELS_STREAMING_NARROW_Q8_INL_H_

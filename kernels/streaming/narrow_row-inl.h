@@ -25,62 +25,15 @@
 // request lands on the next page, not past the end of this one; q and the
 // score buffers in L1; o loaded and stored once per tile.
 //
-// Why this order, measured on AMD EPYC Zen 4 (family 25 model 17, AVX3,
-// 1 MiB L2 a core; 2-core VM on a shared host, so the DRAM rate moves
-// +-20% with the neighbours' load and only ratios from one process count):
-// a standalone AVX-512 loop over 16 heads x 32768 keys of float32, d = 128,
-// against an 8-stream plain read of the same bytes in the same process:
-// - scores with the lanes of 16 keys' accumulators loaded a column at a
-//   time across the 16 rows (the tiled walk's NarrowScoreBlock order):
-//   0.41-0.51 of the plain read; the same loop reading each K row whole
-//   before the next: 0.57-0.80 (1 or 2 FMA chains a key): the cache-line
-//   order across rows, not the arithmetic, was most of the loss;
-// - then K and V interleaved a row at a time (this walk): 0.84-0.91, and
-//   with two key ranges of a head interleaved the same way 0.82-1.09;
-//   K and V interleaved 16 rows at a time: 0.52-0.83;
-// - any software prefetch (every line, 2-32 KiB ahead, K and V): 0.45-0.63
-//   against 0.67-0.72 without, in the tiled order; 2, 4 or 8 heads taken a
-//   tile each in turn: 0.50-0.73.
-// In the kernel (attn-bench decode rows, H 16, T_k = 32768, d = 128, same
-// VM, this walk against the pipelined walk it replaces there, two rounds
-// alternated, read probe 28-30 GB/s): one thread float32 21.9-25.9 GB/s
-// against 14.3-15.4 (bw_frac 0.73-0.88 against 0.48-0.54), bf16 23.7-24.6
-// against 17.8-20.1 (0.81-0.84), f16 23.8-25.0 against 19.2-20.1
-// (0.80-0.85); two threads 32-36 GB/s against 16-32. From L2 (one head,
-// 8192 keys of float32) 57-59 GB/s against 34-36. q8_0 rows (one row;
-// LoadRowVector) 14.2-14.6 GB/s against 10.0-10.2 for its tiled passes.
-// GQA 32/8 groups of 4 rows (NarrowRowGroupKeys) against the tiled walk,
-// two rounds alternated, probe 27-30 GB/s: float32 one thread 15.8-19.5
-// GB/s against 7.6-11.7 (bw_frac 0.56-0.66 against 0.28-0.41), two
-// threads 28.6-28.9 against 18.6-19.9 (0.85 against 0.62); bf16 and f16
-// unchanged (12.1-13.4 against 11.5-12.6: bound by the FMAs, see
-// narrow-inl.h), so they take it as well.
-// Tried for the group walk on the same VM and not kept (Hq 32 Hkv 8, T_k
-// 4096 and 32768, d = 128, alternated against this walk):
-// - scoring two keys per load of each q vector, halving the walk's largest
-//   stream of loads (rows 0-1 still mixed beside the scores): float32
-//   0.41-0.58 of the probe against 0.52-0.70, bf16 0.38-0.49 against
-//   0.40-0.58;
-// - software prefetch (T0) of the K and V rows 4, 16 or 64 keys ahead:
-//   float32 0.47-0.51 against 0.53-0.59, bf16 0.41-0.45 against 0.42-0.43;
-// - mixing rows 2-3 every 4 keys from the V rows just read (L1), their o
-//   loaded and stored per 4 keys, instead of the second pass over the
-//   tile's V rows from L2 (the same bits), so that no phase of the walk is
-//   without DRAM reads: float32 T_k 32768 one thread 50-52 tokens/s
-//   against 68-73 (bw_frac 0.49 against 0.60-0.66), two threads 71-94
-//   against 88-100, kv:f16 and kv:bf16 T_k 4096 710-762 against 867-981:
-//   the extra o traffic costs more than the second pass;
-// - requesting the first part of the next tile's V rows, and of the K rows
-//   after them, into L2 (prefetcht1) during that second pass, medians of 5
-//   alternated rounds at T_k 32768, one thread, float32 and kv:f16
-//   tokens/s: a quarter of the tile 65 and 98 against 65 and 93, a third
-//   60 and 99, an eighth 67 and 93, the whole tile 45-47 and 80-86 (two
-//   rounds): at most +5%, within the spread of these rows.
-// One head's group of 4 rows in L2 (768 keys, d = 128) costs 29 ns a key in
-// float32 and 31 in f16, against 12.5-13 for one row: float32 groups could
-// run at 35 GB/s from cache, above the probe, so what they lose from DRAM
-// is on the memory side; f16 groups, at 16 GB/s from cache, are bound by
-// their arithmetic.
+// Why this order: the tiled walk's score blocks read K a column at a time
+// across 16 rows and need software prefetch, which together cost half the
+// DRAM rate; K rows read whole, K and V advancing a row each per key, keep
+// the hardware prefetchers on two sequential streams. From DRAM float32
+// groups still lose to memory (their second pass over V reads nothing from
+// DRAM), 16-bit groups are bound by their arithmetic. Measurements, and
+// the variants tried for the group walk and not kept: docs/performance.md
+// ("Decode: the read pattern"; "Decode walks: measurements behind the
+// kernel choices").
 #if defined(ATTN_KERNELS_STREAMING_NARROW_ROW_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_KERNELS_STREAMING_NARROW_ROW_INL_H_
 #undef ATTN_KERNELS_STREAMING_NARROW_ROW_INL_H_
@@ -107,44 +60,21 @@ namespace HWY_NAMESPACE {
 
 // Keys a tile of the row walk at most (the tile's weights and the next
 // tile's scores, 2 KiB, stay in L1). The tile sets how often the softmax
-// step and o's loads and stores run: 16 heads x 32768 keys of float32,
-// d = 128, from DRAM ran at 0.79, 0.82, 0.87 and 0.87 of the read probe with
-// tiles of 32, 64, 128 and 256 keys; from L2 at 0.73, 0.81, 0.83 and 0.81
-// (AMD EPYC Zen 4, one process alternating the probe and the kernel).
+// step and o's loads and stores run: 256 keys read at least as fast as 32,
+// 64 or 128, from DRAM and from L2 (docs/performance.md).
 constexpr int64_t kNarrowRowTileKeys = 256;
 
 // How far ahead the row walks request 16-bit (and q8_0) K and V rows: 2 KiB (8
-// rows at d = 128). Measured on Intel Xeon (family 6 model 167, AMX; 2-core
-// VM), attn-bench decode Hq 32 Hkv 8, T_k 32768, d = 128, three rounds with
-// and without in one build: kv:f16 one thread 67-70 -> 78-88 tokens/s, two
-// threads 128-148 -> 180-183, dtype:f16 68-70 -> 81-89 and 138-147 ->
-// 178-187; from L3 (T_k 4096) unchanged; 1 KiB ahead +13-24% and 512 B
-// +4-14% (one thread, kv:f16, two rounds). The one-row walk (16 heads,
-// T_k 32768, d = 128, same VM, with and without in one build, two rounds):
-// kv:q8_0 one thread 60-64 -> 83-89 tokens/s (bw_frac 0.52-0.55 ->
-// 0.71-0.77), two threads 117-118 -> 157-175; kv:f16 48-49 -> 51-54 (0.79
-// -> 0.85-0.87) and 89-92 -> 100-102; dtype:bf16 two threads 82-89 ->
-// 99-104; float32 rows 0.82-0.89 against 0.86 (not kept); 1, 4 and 8 KiB
-// ahead for q8_0 76-78, 80-85 and 81 tokens/s against 83 at 2 KiB. On
-// Zen 4 (where the one-row walk's request was not measured) the same
-// request for widened bf16 group rows (4-64 keys ahead) changed nothing
-// (bw_frac 0.41-0.45 against 0.42-0.43), and for float32 rows lost 10%
-// (0.47-0.51 against 0.53-0.59; +6% on the Intel Xeon), so float32 rows
-// are not requested. Likely cause, not measured (no counters in
-// these VMs): widening costs the 16-bit walk more instructions a byte, so
-// the out-of-order window holds fewer rows' loads in flight. Zen 4 again,
-// one build with the distance read at run time, one round of 2
-// repetitions, T_k 32768, d = 128, one thread, tokens/s for 0 (no
-// request), 2, 4 and 8 KiB ahead: GQA 32/8 kv:f16 97-100, 99-100, 101-102,
-// 97-98; dtype:bf16 (the pair walk, bf16dot/narrow-body.h) 99-105,
-// 101-103, 95-96, 98-99; 16 heads kv:f16 93, 85-89, 80-81, 81-83 and
-// dtype:bf16 91-94, 83-85, 80, 81-82. So no distance helps there; no
-// request at all read the 16 heads 5-10% faster in that round, within the
-// 78-93 tokens/s these rows span across runs on that VM, and 2 KiB stays.
+// rows at d = 128). On the Intel Xeon (AMX) these requests sped up 16-bit
+// and q8_0 decode from DRAM, 2 KiB the best distance tried for q8_0; on
+// Zen 4 no distance from 0 to 8 KiB changed them beyond the noise. Float32
+// rows gained little on the Xeon and lost on Zen 4, so they are not
+// requested (docs/performance.md, "Decode walks: measurements behind the
+// kernel choices").
 constexpr int64_t kGroupPrefetchBytes = 2048;
 
 // Whether the row walks request rows of T ahead: 16-bit and q8_0 rows, not
-// float32 (measured above). q8_0 reaches only the one-row walk
+// float32 (kGroupPrefetchBytes). q8_0 reaches only the one-row walk
 // (NarrowRowWalks keeps q8_0 groups on the tiled walk).
 template <typename T>
 constexpr bool RowIsRequestedAhead() {
@@ -242,14 +172,10 @@ HWY_INLINE void NarrowRowKeys(bool skip_hidden, const float* HWY_RESTRICT q, con
 
 // Output vectors a group's one-pass row walk may keep in registers: half
 // of x86's 16 below AVX-512, half of the 32 of AVX-512, NEON and SVE.
-// Groups of 4 at d = 64 on AVX-512 (16 vectors) went from two passes to
-// one: AMD EPYC Zen 4, attn-bench streaming/decode Hq 32 Hkv 8, T_k 32768,
-// d = 64, one thread, the two builds alternated in three rounds: float32
-// 88-132 -> 141-152 tokens/s (bw_frac 0.41-0.60 -> 0.65-0.77), kv:bf16
-// 153-179 -> 185-193, kv:f16 156-175 -> 173-191; a standalone loop of the
-// two-pass order reads DRAM at 0.64-0.73 of the probe, its first pass
-// alone at 0.85-0.86 (docs/performance.md). At d = 128 (32 vectors) the
-// walk keeps two passes.
+// Groups of 4 at d = 64 on AVX-512 (16 vectors) thus take one pass, which
+// keeps DRAM busy where the second pass of two reads nothing from it
+// (docs/performance.md, "Why the float32 group walk reads at two thirds of
+// the probe"). At d = 128 (32 vectors) the walk keeps two passes.
 #if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3
 constexpr int kRowWalkOutputVectors = 8;
 #else

@@ -15,18 +15,11 @@
 // row's window start, skipping whole tiles outside. At a window's left edge
 // and at the causal diagonal the keys only one of a panel's two vectors of
 // rows can see are computed for that vector alone (SplitPanelTile).
-// Measured on AMD EPYC Zen 5 (family 26 model 2), one thread, T = 8192,
-// d = 128, causal, GFLOP/s on the visible pairs against full causal in the
-// same attn-bench process (5-9 interleaved repetitions, medians of six
-// runs at load 0.1-1.2): W = 512 0.85-0.90 (0.84 before the vector split,
-// the vectorised Q packing and the Q / O prefetch below; 0.79-0.86 then
-// under load 1.5-3.5), W = 4096 0.99-1.00 (docs/modifiers.md). Not helping
-// at W = 512: q_block 32 to 1024 with kv_block 64 to 272 in place of the
-// default rule's 256 / 128, prefetching the next K / V tile. What remains
-// is a window's own cost: a 32-row panel still computes 528 key-vectors'
-// worth for 513 visible a row, and the per-row packing, finishing and tile
-// calls are spread over 513 keys instead of 4096 (rdtsc per step: score,
-// softmax and mix cost the same per computed pair as in full causal).
+// A short window still costs more per visible pair than full causal, by
+// its own structure: a 32-row panel computes 528 key-vectors' worth for
+// 513 visible keys a row at W = 512, and the per-row packing, finishing and
+// tile calls are spread over W keys instead of T (the figures, and the
+// tile sizes and prefetches that did not help: docs/modifiers.md).
 //
 // Paged keys (HeadView::spans): tiles end at span ends as well, and the
 // online softmax runs on across them; nothing is merged or copied.
@@ -160,12 +153,10 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
     int64_t hint = 0;
     // The next block's Q rows (read by its packing) and output rows
     // (written by its finish) are prefetched a share per key tile of this
-    // block. Without it, at T = 8192, d = 128, causal window W = 512 (8
-    // panels over ~6 tiles a block), packing and finishing took 8.7-9.8% of
-    // the call's cycles, with it 5.7% (rdtsc around each step, 20 calls, AMD
-    // EPYC Zen 5, family 26 model 2): cache misses on Q and O, not
-    // arithmetic. Prefetching the next key tile's K and V as well changed
-    // nothing measurable there (the hardware prefetchers follow them).
+    // block: in a short window (8 panels over ~6 tiles a block at W = 512)
+    // packing and finishing otherwise wait on cache misses on Q and O, not
+    // on arithmetic (docs/modifiers.md). The next key tile's K and V are
+    // not requested: the hardware prefetchers follow them.
     const int64_t next_rows = std::min(q_block, h.tq - q0 - rows);
     const int64_t block_tiles = (key_end - h.KeyBegin(q0) + kv_block - 1) / kv_block;
     int64_t tile_index = 0, prefetched = 0;
