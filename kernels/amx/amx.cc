@@ -19,16 +19,16 @@
 #include "kernels/amx/amx.h"
 #include "kernels/bf16dot/bf16dot.h"
 #include "kernels/amx/pack-inl.h"
-#include "kernels/bf16dot/pack-inl.h"
 #include "kernels/common/amx-inl.h"
 #include "kernels/common/mca_markers.h"
 #include "kernels/common/microkernels-inl.h"
 #include "kernels/common/modifiers-inl.h"
+#include "kernels/common/narrow_state-inl.h"
+#include "kernels/common/pairs-inl.h"
 #include "kernels/common/softmax-inl.h"
 #include "kernels/common/stage_clock.h"
 #include "kernels/common/widen-inl.h"
 #include "kernels/kernel.h"
-#include "kernels/streaming/narrow-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {

@@ -38,10 +38,10 @@
 
 #include "hwy/aligned_allocator.h"
 #include "hwy/highway.h"
-#include "kernels/bf16dot/pack-inl.h"      // LoadPair, PackValuePairsOf, TileRun
-#include "kernels/common/mca_markers.h"     // ATTN_MCA_BEGIN
-#include "kernels/common/scratch.h"         // GrowScratch
-#include "kernels/streaming/narrow-inl.h"  // NarrowRowStats
+#include "kernels/common/mca_markers.h"       // ATTN_MCA_BEGIN
+#include "kernels/common/narrow_state-inl.h"  // NarrowRowStats
+#include "kernels/common/pairs-inl.h"         // LoadPair, PackValuePairsOf, TileRun
+#include "kernels/common/scratch.h"           // GrowScratch
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {

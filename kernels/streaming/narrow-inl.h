@@ -33,6 +33,12 @@
 // narrow_q8-inl.h (0.53 of f16's bytes). Extra memory:
 // R·(d + kv_block + dv + padding) floats (NarrowScratch).
 //
+// The pieces every decode walk shares (kernels/bf16dot's and the AMX
+// kernel's too) live in kernels/common/: the scratch, row state, softmax
+// step and finish (narrow_state-inl.h), the lane sums of the score blocks
+// (lane_sums-inl.h), and the key-row cursor and prefetch policy
+// (key_rows-inl.h).
+//
 // Three walks over the tiles; the measurements behind each choice, and the
 // variants tried and not kept, are in docs/performance.md ("Decode walks:
 // measurements behind the kernel choices"):
@@ -78,6 +84,9 @@
 #include "hwy/highway.h"
 #include "kernels/common/microkernels-inl.h"  // DF, VF, PanelWidth, IsHiddenWeight
 #include "kernels/common/modifiers-inl.h"     // ModifyRow, WindowRow
+#include "kernels/common/key_rows-inl.h"      // KeyRowCursor, KeyPrefetcher, PrefetchRows
+#include "kernels/common/lane_sums-inl.h"     // SumFourPerBlock, SumBlocksOfFour, SumFourDots
+#include "kernels/common/narrow_state-inl.h"  // NarrowScratch, NarrowRowStats, NarrowSoftmaxRow
 #include "kernels/common/scratch.h"
 #include "kernels/common/softmax-inl.h"    // ExpNonPositive, MarkHidden, FinishRow
 #include "kernels/common/vec_array-inl.h"  // ATTN_VEC_ARRAY, ATTN_AT
@@ -88,159 +97,6 @@
 HWY_BEFORE_NAMESPACE();
 namespace attn {
 namespace HWY_NAMESPACE {
-
-// Views of at most NarrowMaxRows() query rows take the narrow path: half a
-// panel, up to which it decoded from DRAM faster than the panels
-// (docs/performance.md); at 12 of 16 rows the panel is 3/4 full and does
-// about the FMA work of three 4-row groups.
-HWY_INLINE int64_t NarrowMaxRows() { return int64_t(PanelWidth()) / 2; }
-
-// Rows sharing each loaded K vector and V vector in the micro-kernels
-// (R·KB and R·CV accumulators fit 16 registers for R <= 4).
-constexpr int64_t kNarrowGroupRows = 4;
-
-// At most this many views take their tiles in turn (NarrowHeads): a round
-// of tiles is then at most 8 x (16 KiB of V + its K), 256-384 KiB, within
-// the L2 of every CPU attn is tuned on (512 KiB a core on Zen 3, 1 MiB on
-// Zen 4 / Zen 5, 2 MiB on Sapphire Rapids), so the rows one view leaves in
-// L2 are still there for the next.
-constexpr int64_t kNarrowMaxInterleavedViews = 8;
-
-// Running softmax state of one row.
-struct NarrowRowStats {
-  float max = -std::numeric_limits<float>::infinity();
-  float sum = 0.0f;
-  bool nan = false;
-};
-
-// Keys [at, at + keys) of a tile, contiguous in memory from k and v; K rows
-// contiguous from k for k_ahead keys (>= keys: the prefetch may run past
-// the tile, never past the run). For q8_0 K, when the run ends within the
-// view, next_k is the next run's first K row and next_keys its length
-// (prefetched while this run is scored), else null; other K types are
-// requested ahead across runs by KeyPrefetcher, so their chunks leave it
-// null and skip that second RunAt per run.
-struct NarrowChunk {
-  const void* k = nullptr;
-  const void* v = nullptr;
-  int64_t at = 0, keys = 0, k_ahead = 0;
-  const void* next_k = nullptr;
-  int64_t next_keys = 0;
-};
-
-// Per-thread buffers of the narrow path.
-class NarrowScratch {
- public:
-  void Reserve(int64_t rows, int64_t d, int64_t kv_block, int64_t dv) {
-    const int64_t N = int64_t(hn::Lanes(DF()));
-    q_stride_ = RoundUp(d, N);
-    s_stride_ = RoundUp(kv_block, N);
-    o_stride_ = RoundUp(dv, N);
-    internal::GrowScratch(q_, q_size_, size_t(rows * q_stride_));
-    // Two score buffers: the pipelined walk (NarrowPipelinedTile) scores
-    // one tile while it mixes the previous one.
-    rows_ = rows;
-    score_buffer_ = 0;
-    internal::GrowScratch(s_, s_size_, size_t(2 * rows * s_stride_));
-    internal::GrowScratch(o_, o_size_, size_t(rows * o_stride_));
-    if (stats_.size() < size_t(rows)) stats_.resize(size_t(rows));
-  }
-  float* q(int64_t r) const { return q_.get() + r * q_stride_; }  // scaled query row
-  // Scores / weights of row r: entry j is the tile's key j + score_at.
-  float* s(int64_t r) const {
-    return s_.get() + (score_buffer_ * rows_ + r) * s_stride_ + score_at_;
-  }
-  // Which of the two score buffers s() gives (0 or 1).
-  void SetScoreBuffer(int64_t buffer) { score_buffer_ = buffer; }
-  // The score and mix passes index their keys from 0; a tile made of
-  // several runs of keys (KeyRun: a paged cache's pages) runs them once per
-  // run, with the run's first key at tile position `at`.
-  void SetScoreAt(int64_t at) { score_at_ = at; }
-  float* o(int64_t r) const { return o_.get() + r * o_stride_; }  // unnormalised output
-  NarrowRowStats* stats() { return stats_.data(); }
-  std::vector<NarrowChunk>& chunks() { return chunks_; }
-
- private:
-  static int64_t RoundUp(int64_t x, int64_t n) { return (std::max<int64_t>(x, 1) + n - 1) / n * n; }
-  hwy::AlignedFreeUniquePtr<float[]> q_, s_, o_;
-  size_t q_size_ = 0, s_size_ = 0, o_size_ = 0;
-  int64_t q_stride_ = 0, s_stride_ = 0, o_stride_ = 0, score_at_ = 0;
-  int64_t rows_ = 0, score_buffer_ = 0;
-  std::vector<NarrowRowStats> stats_;
-  std::vector<NarrowChunk> chunks_;
-};
-
-// w[4b + m] = Σ of a_m's lanes in 128-bit block b, for m < 4: four
-// horizontal sums in six shuffles/adds (interleaves within 128-bit blocks).
-HWY_INLINE VF SumFourPerBlock(VF a0, VF a1, VF a2, VF a3) {
-  const DF df;
-  const hn::Repartition<double, DF> dd;
-  // [a0_0 + a0_2, a1_0 + a1_2, a0_1 + a0_3, a1_1 + a1_3] per block.
-  const VF s01 = hn::Add(hn::InterleaveLower(df, a0, a1), hn::InterleaveUpper(df, a0, a1));
-  const VF s23 = hn::Add(hn::InterleaveLower(df, a2, a3), hn::InterleaveUpper(df, a2, a3));
-  const auto lo = hn::InterleaveLower(dd, hn::BitCast(dd, s01), hn::BitCast(dd, s23));
-  const auto hi = hn::InterleaveUpper(dd, hn::BitCast(dd, s01), hn::BitCast(dd, s23));
-  return hn::Add(hn::BitCast(df, lo), hn::BitCast(df, hi));
-}
-
-// Whether the target has 32 vector registers (AVX-512) for the blocks
-// below; other targets are sized for 16.
-constexpr bool kNarrowWideRegisters = HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3;
-
-// Keys per score block for R rows: R·KB independent accumulators, enough to
-// hide the FMA latency with 16 registers (R·KB + R q vectors + 1 temporary).
-// With 32 registers, 16 accumulators (12 for R = 3), which SumBlocksOfFour
-// reduces at once: a GQA group of 4 rows then takes 4 keys at a time
-// instead of 2 (the reduction, not the FMAs, was most of the score time:
-// docs/performance.md).
-template <int R>
-constexpr int NarrowKeysPerBlock() {
-  if (kNarrowWideRegisters) return R == 1 ? 16 : R == 2 ? 8 : 4;
-  return R == 1 ? 8 : R == 2 ? 4 : R == 3 ? 4 : 2;
-}
-
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-// Lane 4g + m = Σ of w[g]'s lanes 4b + m over its four 128-bit blocks b
-// (w[g] = SumFourPerBlock of accumulators 4g..4g+3): sixteen dot products
-// finished in vector registers, with no store and scalar adds per block.
-HWY_INLINE VF SumBlocksOfFour(VF w0, VF w1, VF w2, VF w3) {
-  const DF df;
-  // Blocks [b0 + b1, b0 + b1, b2 + b3, b2 + b3] of each.
-  const VF t0 = hn::Add(w0, hn::SwapAdjacentBlocks(w0));
-  const VF t1 = hn::Add(w1, hn::SwapAdjacentBlocks(w1));
-  const VF t2 = hn::Add(w2, hn::SwapAdjacentBlocks(w2));
-  const VF t3 = hn::Add(w3, hn::SwapAdjacentBlocks(w3));
-  // [w0 (b0+b1), w1 (b0+b1), w0 (b2+b3), w1 (b2+b3)], and w2, w3 likewise.
-  const VF u01 = hn::OddEvenBlocks(t1, t0);
-  const VF u23 = hn::OddEvenBlocks(t3, t2);
-  return hn::Add(hn::ConcatLowerLower(df, u23, u01), hn::ConcatUpperUpper(df, u23, u01));
-}
-#endif
-
-// out[b] = Σ of dot[b]'s lanes for b < count (<= 4), summed in the order of
-// NarrowScoreBlock (SumFourPerBlock, then the 128-bit blocks), so a score
-// has the tiled walk's bits.
-HWY_INLINE void SumFourDots(VF d0, VF d1, VF d2, VF d3, int64_t count, float* HWY_RESTRICT out) {
-  const DF df;
-  const VF w = SumFourPerBlock(d0, d1, d2, d3);
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  // As SumBlocksOfFour: (block 0 + block 1) + (block 2 + block 3).
-  const VF t = hn::Add(w, hn::SwapAdjacentBlocks(w));
-  const VF sums = hn::Add(t, hn::ConcatUpperUpper(df, t, t));
-  HWY_ALIGN float lanes[hn::MaxLanes(DF())];
-  hn::Store(sums, df, lanes);
-  for (int64_t b = 0; b < count; ++b) out[b] = lanes[b];
-#else
-  const int64_t N = int64_t(hn::Lanes(df));
-  HWY_ALIGN float blocks[hn::MaxLanes(DF())];
-  hn::Store(w, df, blocks);
-  for (int64_t b = 0; b < count; ++b) {
-    float total = 0.0f;
-    for (int64_t blk = 0; blk < N / 4; ++blk) total += blocks[blk * 4 + b];
-    out[b] = total;
-  }
-#endif
-}
 
 // Scores of R rows against KB keys starting at k: s(r)[j0 + b] for b < KB.
 // TK: K's storage type (float, hwy::bfloat16_t, hwy::float16_t).
@@ -291,62 +147,6 @@ HWY_INLINE void NarrowScoreBlock(const NarrowScratch& scratch, int64_t row0, int
     }
   }
 }
-
-// Requests V rows [j, j + count) into the cache. The mix reads each V row in
-// column chunks at the row stride; for V not in cache that access pattern
-// waits on memory once per row (decode with K/V in DRAM was slower without
-// this: docs/performance.md), while the score pass reads K sequentially
-// and the hardware prefetcher keeps up with it.
-// Requests the cache lines of one row of row_bytes bytes: every 64 bytes,
-// and its last byte, whose line a row not aligned to 64 bytes also touches.
-HWY_INLINE void PrefetchRowLines(const char* HWY_RESTRICT row, int64_t row_bytes) {
-  for (int64_t byte = 0; byte < row_bytes; byte += 64) hwy::Prefetch(row + byte);
-  hwy::Prefetch(row + row_bytes - 1);
-}
-
-// Rows are `stride` elements of `type` apart, `cols` elements long.
-HWY_INLINE void PrefetchRows(const void* HWY_RESTRICT rows, DType type, int64_t stride,
-                             int64_t count, int64_t cols) {
-  const char* HWY_RESTRICT base = static_cast<const char*>(rows);
-  const int64_t row_step = internal::BytesOf(type, stride), row_bytes = internal::BytesOf(type, cols);
-  for (int64_t j = 0; j < count; ++j) PrefetchRowLines(base + j * row_step, row_bytes);
-}
-
-// K rows are requested this many keys ahead of the score pass (into the
-// next tile; never past the view's last key): 16 keys beat both the
-// hardware prefetcher alone and farther distances (docs/performance.md).
-// Chosen for float32 K: the distance is in bytes ahead (16 keys of float32
-// rows), so a 16-bit K is requested 32 keys ahead, a q8_0 K 60
-// (KeyPrefetchDistance; any whole number of q8_0 blocks).
-constexpr int64_t kKeyPrefetchDistance = 16;
-HWY_INLINE int64_t KeyPrefetchDistance(DType k_type) {
-  return kKeyPrefetchDistance * internal::BytesOf(DType::kF32, 32) / internal::BytesOf(k_type, 32);
-}
-
-// Requests K rows KeyPrefetchDistance keys ahead of the score pass, wherever
-// those keys are: in the run being scored or in a later one (a page further
-// on: with 16-token pages of a 16-bit K, 32 keys ahead is two pages on).
-// Requesting only the next run's first keys at the start of each run, as
-// the q8_0 path still does, left paged decode (kv heads side by side)
-// further below the contiguous layout's rate (docs/performance.md;
-// docs/serving.md).
-class KeyPrefetcher {
- public:
-  KeyPrefetcher(const internal::HeadView& h, int64_t key_end)
-      : h_(h), key_end_(key_end), ahead_(KeyPrefetchDistance(h.k_type)) {}
-  // K rows of view keys [key + ahead, key + ahead + count), of the run
-  // holding the first of them.
-  HWY_INLINE void Request(int64_t key, int64_t count) {
-    const int64_t first = key + ahead_;
-    if (first + count > key_end_) return;
-    const internal::KeyRun run = h_.RunAt(first, &hint_);
-    PrefetchRows(run.k, h_.k_type, h_.k_stride, std::min(count, run.keys), h_.d);
-  }
-
- private:
-  const internal::HeadView& h_;
-  int64_t key_end_, ahead_, hint_ = 0;
-};
 
 // Scores of a run of `keys` keys (view keys from key0) of a tile: blocks of
 // KB keys, then the rest one at a time, with the same keys' V rows
@@ -469,87 +269,6 @@ HWY_INLINE void NarrowMixTile(const NarrowScratch& scratch, int64_t row0, int64_
     }
   }
 }
-
-// Online-softmax step for one row's tile of scores (keys valid entries,
-// padded with -inf to whole vectors): weights exp(s - max) in place, and the
-// row's accumulator rescaled only when its max grew.
-HWY_INLINE void NarrowSoftmaxRow(float* HWY_RESTRICT s, int64_t keys, NarrowRowStats& stats,
-                                 float* HWY_RESTRICT o, int64_t dv) {
-  const DF df;
-  const int64_t N = int64_t(hn::Lanes(df));
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  const int64_t padded = (keys + N - 1) / N * N;
-  for (int64_t j = keys; j < padded; ++j) s[j] = neg_inf;
-  VF m = hn::Set(df, neg_inf);
-  for (int64_t j = 0; j < padded; j += N) m = hn::Max(m, hn::Load(df, s + j));
-  // A NaN score may or may not win the max; either way x below is NaN in
-  // that lane (or in all), the flag is set and the row comes out NaN.
-  const float tile_max = hn::GetLane(hn::MaxOfLanes(df, m));
-  const float new_max = std::max(stats.max, tile_max);
-  const float base = new_max == neg_inf ? 0.0f : new_max;
-  const VF vbase = hn::Set(df, base);
-  VF sum = hn::Zero(df);
-  auto nan = hn::FirstN(df, 0);
-  for (int64_t j = 0; j < padded; j += N) {
-    const VF score = hn::Load(df, s + j);
-    const VF x = hn::Sub(score, vbase);
-    nan = hn::Or(nan, hn::IsNaN(x));
-    // A key the row cannot see gets -0 and is never read in the mix.
-    const VF e = MarkHidden(score, ExpNonPositive(x));
-    hn::Store(e, df, s + j);
-    sum = hn::Add(sum, e);
-  }
-  if (!hn::AllFalse(df, nan)) stats.nan = true;
-  if (new_max > stats.max && stats.sum > 0.0f) {
-    const float alpha = std::exp(stats.max - base);
-    stats.sum *= alpha;
-    for (int64_t c = 0; c < dv; ++c) o[c] *= alpha;
-  }
-  stats.sum += hn::GetLane(hn::SumOfLanes(df, sum));
-  stats.max = new_max;
-}
-
-// The rows of a view's keys in increasing order, one a step, K's or V's,
-// across the view's runs (a paged cache's pages: RunAt) or along its stride.
-class KeyRowCursor {
- public:
-  KeyRowCursor(const internal::HeadView& h, bool values) : h_(&h), values_(values) {
-    step_ = values ? internal::BytesOf(h.v_type, h.v_stride)
-                   : internal::BytesOf(h.k_type, h.k_stride);
-  }
-  void Seek(int64_t key) {
-    key_ = key;
-    left_ = 0;
-  }
-  int64_t key() const { return key_; }
-  // Whether keys key() .. key() + n - 1 are contiguous at the row stride.
-  HWY_INLINE bool Contiguous(int64_t n) {
-    Load();
-    return left_ >= n;
-  }
-  // The row of key(); then key() moves on n keys (n <= 1, or Contiguous(n)).
-  HWY_INLINE const char* Next(int64_t n = 1) {
-    Load();
-    const char* row = row_;
-    row_ += n * step_;
-    left_ -= n;
-    key_ += n;
-    return row;
-  }
-
- private:
-  HWY_INLINE void Load() {
-    if (left_ > 0) return;
-    const internal::KeyRun run = h_->RunAt(key_, &hint_);
-    row_ = static_cast<const char*>(values_ ? run.v : run.k);
-    left_ = run.keys;
-  }
-
-  const internal::HeadView* h_;
-  bool values_;
-  const char* row_ = nullptr;
-  int64_t step_ = 0, key_ = 0, left_ = 0, hint_ = 0;
-};
 
 }  // namespace HWY_NAMESPACE
 }  // namespace attn
@@ -775,23 +494,6 @@ HWY_INLINE int64_t NarrowPipelinedKeys(const internal::HeadView& h, NarrowScratc
     j += n;
   }
   return j;
-}
-
-// Row r of the view's output and lse from its unnormalised output o and
-// its softmax state (fully masked rows 0 / -inf, NaN rows NaN / NaN).
-HWY_INLINE void FinishNarrowRow(const internal::HeadView& h, int64_t r,
-                                const float* HWY_RESTRICT o, const NarrowRowStats& stats) {
-  void* HWY_RESTRICT out = h.OutRow(r);
-  const RowFinish f = FinishRow(stats.max, stats.sum, stats.nan, h.Sink(r));
-  if (h.out_type == DType::kF32) {
-    float* HWY_RESTRICT out32 = static_cast<float*>(out);
-    for (int64_t c = 0; c < h.dv; ++c) out32[c] = f.empty ? 0.0f : o[c] * f.inv;
-  } else {
-    for (int64_t c = 0; c < h.dv; ++c) {
-      internal::StoreElement(out, h.out_type, c, f.empty ? 0.0f : o[c] * f.inv);
-    }
-  }
-  if (h.lse) h.lse[r * h.lse_stride] = f.lse;
 }
 
 // A narrow view's walk over its key tiles, one tile a call, so that several
