@@ -27,7 +27,7 @@
 #         first, it installs the toolchain); tests/dtype_test, run under
 #         qemu-aarch64, must fail (every kernel with an f16 input).
 # vnni    .ci/planted/vnni-halves-swapped.patch (issue 23): the bf16
-#         dot-product kernels' V pair packing (kernels/bf16dot/pack-inl.h)
+#         dot-product kernels' V pair packing (kernels/common/pairs-inl.h)
 #         puts each pair's rows in the wrong halves. Release build;
 #         tests/bf16dot_test (Bf16DotKernels, emulated on every target) must
 #         fail.
@@ -58,7 +58,7 @@
 #         AmxWeights must fail.
 # narrowsum .ci/planted/narrow-reduction-swapped.patch (issue 24): the
 #         decode (narrow) path's AVX-512 reduction of sixteen dot products
-#         (SumBlocksOfFour, kernels/streaming/narrow-inl.h) returns keys
+#         (SumBlocksOfFour, kernels/common/lane_sums-inl.h) returns keys
 #         0-7 and 8-15 in each other's lanes. Release build; tests/
 #         kernels_test must fail at the AVX3 target, so only on an AVX-512
 #         CPU (elsewhere that code never runs: exit 1). Measured on AMD EPYC
