@@ -41,7 +41,7 @@
 #         (Bf16DotKernels, the emulated tiles on every target) must fail.
 # amxedge .ci/planted/amx-padding-weights-stale.patch (issue 23): the AMX
 #         kernel stops zeroing the weights of the padding keys of a group's
-#         last 32-key step (kernels/amx/head-body.h AmxRowWeightsPlain), so
+#         last 32-key step (kernels/amx/head-body.h AmxRowWeightsTwoPass), so
 #         ragged and causal groups mix stale weights. Release build;
 #         tests/bf16dot_test must fail.
 # amxrescale .ci/planted/amx-rescale-skipped.patch (issue 55): when a key

@@ -1260,7 +1260,7 @@ void RunWidenRow(benchmark::State& state, const WidenRow& row) {
 // small stages' times around it.)
 // "/weights:general" rows run every row through the general weights
 // (kernels/amx/head-body.h AmxRowWeights, what every row ran before the
-// two-pass AmxRowWeightsPlain): the before beside the after, in one process.
+// two-pass AmxRowWeightsTwoPass): the before beside the after, in one process.
 // "/mod:mask" (an additive [T, T] float mask, random in [-1, 0] with one
 // -inf key in 16) and "/mod:softcap" (cap 50, Gemma 2's) rows take the
 // scores through AmxPrepareRow before the weights.

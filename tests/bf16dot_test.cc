@@ -217,7 +217,7 @@ void RunAmxHeads(OwnedProblem& owned, const std::string& path, const Tiles& tile
 }
 
 // The AMX kernel's two-pass weights (kernels/amx/head-body.h
-// AmxRowWeightsPlain) rescale a row's O and sum whenever a key tile raises
+// AmxRowWeightsTwoPass) rescale a row's O and sum whenever a key tile raises
 // its max. Here the scores climb tile by tile (32-key tiles), by little and
 // by much, with every query row seeing every tile: within the bound on
 // every target through the emulated tiles and on the tiles themselves where

@@ -17,7 +17,7 @@
 //   3. per group: S = Q·Kᵀ in 2 x 2 tiles of 16 x 16 (tiles 0-3 accumulate,
 //      4-5 hold two Q row tiles, 6-7 two Kp tiles: four tdpbf16ps per four
 //      loads) stored row-major; then per row the weights, rounded to bf16
-//      (to nearest even) into P, in two passes (AmxRowWeightsPlain: the
+//      (to nearest even) into P, in two passes (AmxRowWeightsTwoPass: the
 //      max, then the exponent, sum and rounding in one), over the raw
 //      scores where the row has no score modifiers or mask, else over the
 //      scores made final first (AmxPrepareRow: the scale, soft-cap, ALiBi,
@@ -199,7 +199,7 @@ HWY_INLINE void AmxRowWeights(const internal::HeadView& h, AmxScratch& scratch, 
 // (a row masked wholly by -FLT_MAX, as transformers writes its masks), or
 // NaN or +inf; AmxRowWeights then takes the row.
 // s: the row's scores, p: its weights, o: its O row (dv_pad floats).
-HWY_INLINE bool AmxRowWeightsPlain(const internal::HeadView& h, float* HWY_RESTRICT s,
+HWY_INLINE bool AmxRowWeightsTwoPass(const internal::HeadView& h, float* HWY_RESTRICT s,
                                    uint16_t* HWY_RESTRICT p, int64_t row, int64_t j0,
                                    int64_t keys, int64_t keys_pad, float scale,
                                    NarrowRowStats& stats, float* HWY_RESTRICT o, int64_t dv_pad) {
@@ -325,7 +325,7 @@ HWY_INLINE void AmxHead(const internal::HeadView& h, const Tiles& tiles, AmxScra
   scratch.Reserve(q_block, kv_block, h.d, h.dv);
   const auto* q = static_cast<const uint16_t*>(h.q);
   NarrowRowStats* HWY_RESTRICT stats = scratch.stats();
-  // With the fast weights (AmxRowWeightsPlain, for tiles whose V is
+  // With the fast weights (AmxRowWeightsTwoPass, for tiles whose V is
   // finite), whether they start from the raw scores, or from scores that
   // AmxPrepareRow made final first.
   const bool raw = h.softcap == 0.0f && h.alibi_slope == 0.0f && h.window_left < 0 &&
@@ -376,7 +376,7 @@ HWY_INLINE void AmxHead(const internal::HeadView& h, const Tiles& tiles, AmxScra
           float* HWY_RESTRICT o_row = o + g * scratch.dv_pad();
           const bool fast = run.plain_weights && !bad;
           if (fast && !raw) AmxPrepareRow(h, s, r0 + g, j0, keys);
-          if (!fast || !AmxRowWeightsPlain(h, s, scratch.p(g), r0 + g, j0, keys, keys_pad,
+          if (!fast || !AmxRowWeightsTwoPass(h, s, scratch.p(g), r0 + g, j0, keys, keys_pad,
                                            raw ? h.scale : 1.0f, stats[g0 + g], o_row,
                                            scratch.dv_pad())) {
             AmxRowWeights(h, scratch, r0 + g, g, j0, keys, keys_pad, stats[g0 + g], o_row,
