@@ -130,7 +130,7 @@ HWY_INLINE void AmxPrepareRow(const internal::HeadView& h, float* HWY_RESTRICT s
   const float* HWY_RESTRICT m =
       h.mask ? h.mask + row * h.mask_row_stride + j0 * h.mask_col_stride : nullptr;
   if (m && !modified && h.mask_col_stride == 1) {
-    // Scale and mask in one pass (a Mul and an Add: the same bits as two).
+    // Scale and mask in one pass over the row.
     int64_t j = 0;
     for (; j + N <= keys; j += N) {
       hn::Store(hn::Add(hn::Mul(hn::Load(df, s + j), scale), hn::LoadU(df, m + j)), df, s + j);
@@ -188,11 +188,12 @@ HWY_INLINE void AmxRowWeights(const internal::HeadView& h, AmxScratch& scratch, 
 // of the scores (x -> fl(x·scale) is monotone), so the scale goes into the
 // exponent: w = 2^(s·c - base), c = scale·log2 e, base = max·log2 e, one
 // MulSub a vector; the weights go straight to bf16 in P, their float32 sum
-// (NaN iff a score is NaN, which sets the row's flag) into the stats. Keys past the row's causal limit get 0, and so do -inf
-// scores (masked, outside the window). The base is the row's running max,
-// moved (and O and the sum rescaled) whenever a tile raises it, so the
-// largest weight is exactly 1 in bf16 too: a base lagging the max by up to
-// 8, which skips most rescales, measured 2-3% more rms error on the output
+// (NaN iff a score is NaN, which sets the row's flag) into the stats. Keys
+// past the row's causal limit get 0, and so do -inf scores (masked, outside
+// the window). The base is the row's running max, moved (and O and the sum
+// rescaled) whenever a tile raises it, so the largest weight is exactly 1
+// in bf16 too: a base lagging the max by up to 8, which skips most
+// rescales, measured 2-3% more rms error on the output
 // (docs/performance.md), and rescales cost little once per row and 512-key
 // tile. Returns false, with the stats, O and P untouched, where the base
 // would not be finite: a max beyond FLT_MAX / (scale·log2 e) in size
@@ -200,9 +201,10 @@ HWY_INLINE void AmxRowWeights(const internal::HeadView& h, AmxScratch& scratch, 
 // NaN or +inf; AmxRowWeights then takes the row.
 // s: the row's scores, p: its weights, o: its O row (dv_pad floats).
 HWY_INLINE bool AmxRowWeightsTwoPass(const internal::HeadView& h, float* HWY_RESTRICT s,
-                                   uint16_t* HWY_RESTRICT p, int64_t row, int64_t j0,
-                                   int64_t keys, int64_t keys_pad, float scale,
-                                   NarrowRowStats& stats, float* HWY_RESTRICT o, int64_t dv_pad) {
+                                     uint16_t* HWY_RESTRICT p, int64_t row, int64_t j0,
+                                     int64_t keys, int64_t keys_pad, float scale,
+                                     NarrowRowStats& stats, float* HWY_RESTRICT o,
+                                     int64_t dv_pad) {
   const DF df;
   const int64_t N = int64_t(hn::Lanes(df));
   const float neg_inf = -std::numeric_limits<float>::infinity();
@@ -377,8 +379,8 @@ HWY_INLINE void AmxHead(const internal::HeadView& h, const Tiles& tiles, AmxScra
           const bool fast = run.plain_weights && !bad;
           if (fast && !raw) AmxPrepareRow(h, s, r0 + g, j0, keys);
           if (!fast || !AmxRowWeightsTwoPass(h, s, scratch.p(g), r0 + g, j0, keys, keys_pad,
-                                           raw ? h.scale : 1.0f, stats[g0 + g], o_row,
-                                           scratch.dv_pad())) {
+                                             raw ? h.scale : 1.0f, stats[g0 + g], o_row,
+                                             scratch.dv_pad())) {
             AmxRowWeights(h, scratch, r0 + g, g, j0, keys, keys_pad, stats[g0 + g], o_row,
                           fast && !raw);
           }

@@ -82,7 +82,6 @@ class AmxScratch {
   }
   int64_t d_pad() const { return d_pad_; }
   int64_t dv_pad() const { return dv_pad_; }
-  int64_t keys() const { return keys_; }
   int64_t s_stride() const { return s_stride_; }  // floats
   int64_t p_stride() const { return p_stride_; }  // bf16 elements
   // Query row r of the block, bf16, d_pad wide.
