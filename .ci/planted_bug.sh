@@ -75,7 +75,7 @@
 #         hiding that key from the second vector's rows. Release build;
 #         tests/modifiers_test must fail.
 # q8      .ci/planted/q8-scale-neighbour.patch (issue 24): the decode
-#         (narrow) path's q8_0 score pass (kernels/streaming/narrow_q8-inl.h)
+#         (narrow) path's q8_0 score pass (kernels/decode/q8_passes-inl.h)
 #         applies each K block's scale to the row's next block. Release
 #         build; tests/q8_test (Q8Kernels, every target) must fail on the
 #         decode shapes with d >= 64.
@@ -93,12 +93,11 @@
 #         distances there. Release build; tests/varlen_test must fail.
 # pipeline .ci/planted/pipeline-last-key-dropped.patch (issue 24): the
 #         decode path's pipelined walk (NarrowPipelinedKeys, kernels/
-#         streaming/narrow-inl.h) leaves each tile's last key out of the
+#         decode/pipelined-inl.h) leaves each tile's last key out of the
 #         mix. Release build; tests/kernels_test (every kernel and target
 #         against the float64 bound) must fail on the one-row shapes.
 # rowwalk .ci/planted/row-walk-weight-shifted.patch (issue 24): the decode
-#         path's row walk (NarrowRowKeys, kernels/streaming/
-#         narrow_row-inl.h) mixes each key's V row with the previous key's
+#         path's row walk (NarrowRowKeys, kernels/decode/row-inl.h) mixes each key's V row with the previous key's
 #         weight. Release build; tests/kernels_test (every kernel and target
 #         against the float64 bound) must fail on the one-row shapes with
 #         d = d_v.
@@ -114,14 +113,14 @@
 #         GQA decode shape of groups of 4 at d = 64.
 # stepped .ci/planted/stepped-group-weight-shifted.patch (issue 26): the
 #         pipelined walk's GQA groups, which run in lockstep over the kv
-#         heads of token-major K/V (NarrowHeads, kernels/streaming/
-#         narrow-inl.h), mix each 4-key step with the weights of the keys
+#         heads of token-major K/V (NarrowHeads, kernels/decode/
+#         pipelined-inl.h), mix each 4-key step with the weights of the keys
 #         one later. Release build; tests/paged_test (token-major pages,
 #         groups of 2 rows, against the float64 bound on every variant and
 #         target) must fail.
 # pairrow .ci/planted/pair-row-weights-swapped.patch (issue 24): the bf16
 #         dot path's row walk for all-bf16 GQA decode (PairNarrowRowGroupKeys,
-#         kernels/bf16dot/narrow-body.h) mixes each pair of rows after the
+#         kernels/decode/pair_row-body.h) mixes each pair of rows after the
 #         first (rows 2-3, and 4-7 of a group of 8) with the weight pairs of
 #         the two rows before. Release build; tests/bf16dot_test
 #         (Bf16DotKernels, every dot path and target against the float64

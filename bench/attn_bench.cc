@@ -773,8 +773,8 @@ std::vector<Case> DefaultCases() {
   // GQA decode at d = 64 (the head size of Llama 3.2 1B and TinyLlama, 32
   // query heads over 8 kv heads here), float32, a 16-bit cache and all
   // bf16: there a group of 4 rows keeps its output in registers for the
-  // whole row walk (kernels/streaming/narrow_row-inl.h,
-  // kernels/bf16dot/narrow-body.h), unlike at d = 128.
+  // whole row walk (kernels/decode/row-inl.h,
+  // kernels/decode/pair_row-body.h), unlike at d = 128.
   for (const Kernel* kern : decode16) {
     for (attn::DType kv : {attn::DType::kF32, attn::DType::kBF16, attn::DType::kF16}) {
       Case c;
@@ -1268,7 +1268,7 @@ void RunWidenRow(benchmark::State& state, const WidenRow& row) {
 // Hq/Hkv query heads a KV head) through the tile loop, each view's group
 // padded to 32 rows, beside the same problem through attention() on the
 // "avx512bf16" path, whose decode is the bf16 pair walk
-// (kernels/bf16dot/narrow-body.h) that "amx" hands groups of fewer than 8
+// (kernels/decode/pair_*-body.h) that "amx" hands groups of fewer than 8
 // rows to (kernels/amx/amx.cc AmxTakesView): counters walk_ns and
 // tiles_over_walk (total_ns / walk_ns; > 1: the walk is faster), where the
 // CPU has both.

@@ -6,7 +6,7 @@
 // (widen-inl.h: float32, bf16 and f16 through LoadWide; a q8_0 block's
 // int8 values converted and multiplied by its scale), then multiplied into
 // float32 accumulators:
-// - one query row (multi-head decode, narrow_row-inl.h's NarrowRowKeys):
+// - one query row (multi-head decode, kernels/decode/row-inl.h's NarrowRowKeys):
 //   q's 8 vectors in registers, one FMA per widened vector;
 // - four query rows (a GQA group of 4, NarrowRowGroupKeys' scores): each
 //   widened vector shared by four FMAs, q loaded from L1 as there.

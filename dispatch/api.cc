@@ -10,6 +10,7 @@
 #include "dispatch/tiles.h"
 #include "dispatch/tuning.h"
 #include "dispatch/validate.h"
+#include "kernels/decode/walk_table.h"
 #include "kernels/kernel.h"
 
 namespace attn {
@@ -88,6 +89,7 @@ void attention(const Problem& problem, const Options& options) {
   const internal::DotPathRequest dot = internal::RequestedDotPath(p, options.dot_path);
   const internal::TileInputs in = internal::TileInputsFor(p, config.threads, dot.path);
   config.dot_path = dot.path;
+  config.decode_walk = internal::ParseDecodeWalk(options.decode_walk);
   KernelId kernel = options.kernel;
   if (kernel == KernelId::kAuto) {
     // The tuning table's entry (or bucket) for the shape, else the default

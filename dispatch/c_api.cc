@@ -115,6 +115,7 @@ bool OptionsFromC(const attn_options_t* co, attn::Options* options, attn_status_
   // NULL or "" leaves the choice to attn (attn.h "bf16 dot-product paths");
   // a name that cannot run here is the call's Error (field "dot_path").
   if (o.dot_path != nullptr) options->dot_path = o.dot_path;
+  if (o.decode_walk != nullptr) options->decode_walk = o.decode_walk;
   return true;
 }
 

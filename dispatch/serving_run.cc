@@ -58,6 +58,7 @@
 #include "dispatch/tuning.h"
 #include "kernels/common/convert.h"
 #include "kernels/common/merge.h"
+#include "kernels/decode/walk_table.h"
 #include "kernels/kernel.h"
 
 namespace attn::internal {
@@ -183,7 +184,8 @@ void AddSink(int64_t rows, int64_t dv, float sink, float* acc, float* acc_lse) {
 
 class Runner {
  public:
-  Runner(const ServingBatch& b, const Options& o) : b_(b), o_(o) {}
+  Runner(const ServingBatch& b, const Options& o)
+      : b_(b), o_(o), decode_walk_(ParseDecodeWalk(o.decode_walk)) {}
 
   // Everything that can fail (a kernel declining, scratch allocation)
   // happens before the first write: before_write(), then the outputs.
@@ -509,6 +511,7 @@ class Runner {
     config.tiles = p.tiles;
     config.threads = 1;
     config.dot_path = p.dot_path;
+    config.decode_walk = decode_walk_;
     config.diag_shift = DiagOffset(b_.seqs[p.seq]) + st.b - st.k1;
     return config;
   }
@@ -723,6 +726,7 @@ class Runner {
 
   const ServingBatch& b_;
   const Options& o_;
+  const DecodeWalk decode_walk_;
   int64_t group_ = 1;
   bool heads_share_rows_ = false;
   int requested_threads_ = 1, threads_ = 1;

@@ -14,6 +14,7 @@
 
 #include "dispatch/kernel_table.h"
 #include "dispatch/targets.h"
+#include "kernels/decode/walk_table.h"
 
 namespace attn {
 namespace internal {
@@ -403,6 +404,38 @@ std::string PathText(KernelId kernel, const Problem& p, internal::DotPath dot_pa
   return path;
 }
 
+// AutoChoice::decode_walk for `kernel` on `p` (a call's first view, as the
+// kernel table's row that runs it sees it; "" where no decode walk runs).
+std::string DecodeWalkText(KernelId kernel, const Problem& p, internal::DotPath dot_path,
+                           bool dot_row, const Options& options) {
+  if (kernel != KernelId::kStreaming && kernel != KernelId::kParallel) return "";
+  if (p.batch <= 0 || p.q_heads <= 0 || p.kv_heads <= 0 || p.q_heads % p.kv_heads != 0) return "";
+  const int64_t lanes = internal::PanelWidth() / 2;  // NarrowMaxRows()
+  internal::RunConfig config;
+  config.decode_walk = internal::ParseDecodeWalk(options.decode_walk);
+  const internal::HeadViews views(p, config);
+  if (views.size() == 0) return "";
+  const internal::HeadView view = views[0];
+  if (view.tq > lanes) return "";  // the panel kernels
+  const bool amx = dot_path == internal::DotPath::kAmx || dot_path == internal::DotPath::kAmxEmulated;
+  const auto products = !dot_row ? internal::DecodeProducts::kWidened
+                        : amx    ? internal::DecodeProducts::kAmx
+                                 : internal::DecodeProducts::kPairs;
+  internal::DecodeView facts = internal::DescribeDecodeView(view, lanes, products);
+  // A shape without strides (ExplainChoice(q_len, ...)) is dense.
+  if (p.k.row_stride == 0 && p.v.row_stride == 0) facts.rows_adjacent = true;
+  facts.pair_row_compiled =
+      CurrentTarget() == "AVX3" &&
+      (amx || dot_path == internal::DotPath::kAvx512Bf16 ||
+       dot_path == internal::DotPath::kAvx512Bf16Emulated);
+  // The streaming kernel takes the kv heads of token-major K/V, whose rows
+  // interleave, as a run of views (kernels/decode/heads.cc NarrowHeads).
+  facts.in_run = kernel == KernelId::kStreaming && views.size() > 1 &&
+                 p.k.row_stride > p.k.head_stride && p.k.head_stride > 0 &&
+                 p.v.row_stride > p.v.head_stride && p.v.head_stride > 0;
+  return internal::ExplainDecodeWalk(facts, config.decode_walk);
+}
+
 }  // namespace
 
 AutoChoice ExplainChoice(const Problem& problem, const Options& options) {
@@ -414,7 +447,9 @@ AutoChoice ExplainChoice(const Problem& problem, const Options& options) {
   }
   const internal::DotPathRequest dot = internal::RequestedDotPath(rounded, options.dot_path);
   AutoChoice c = ExplainKernelChoice(rounded, options, dot);
-  c.path = PathText(c.kernel, rounded, internal::ChosenDotPath(c, dot.path), &c.dot_product_row);
+  const internal::DotPath chosen = internal::ChosenDotPath(c, dot.path);
+  c.path = PathText(c.kernel, rounded, chosen, &c.dot_product_row);
+  c.decode_walk = DecodeWalkText(c.kernel, rounded, chosen, c.dot_product_row, options);
   c.reason += ModifiersText(problem);
   bool any = false;
   for (DType t : {problem.q.dtype, problem.k.dtype, problem.v.dtype}) any |= t != DType::kBF16;

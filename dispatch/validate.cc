@@ -12,6 +12,7 @@
 #include <string>
 
 #include "kernels/common/convert.h"  // kQ8_0BlockElements
+#include "kernels/decode/walk_table.h"  // ParseDecodeWalk
 
 namespace attn::internal {
 
@@ -288,6 +289,7 @@ void ValidateOptions(const Options& o) {
   if (o.tiles.kv_splits < 0) Fail("tiles.kv_splits", Str(o.tiles.kv_splits), "must be >= 0");
   // A named path must exist and run here (Error field "dot_path").
   if (!o.dot_path.empty()) CallDotPath(o.dot_path);
+  ParseDecodeWalk(o.decode_walk);  // Error field "decode_walk"
 }
 
 }  // namespace attn::internal

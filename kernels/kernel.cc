@@ -73,7 +73,8 @@ HeadView MakeHeadView(const Problem& p, int64_t b, int64_t h, int64_t diag_shift
   return view;
 }
 
-HeadViews::HeadViews(const Problem& p, int64_t diag_shift) : problem_(&p), diag_shift_(diag_shift) {
+HeadViews::HeadViews(const Problem& p, const RunConfig& config)
+    : problem_(&p), diag_shift_(config.diag_shift), decode_walk_(config.decode_walk) {
   const int64_t group = p.q_heads / p.kv_heads;
   // Top-left causal at T_q = 1 hides keys >= 1 from the query: rows of a
   // group view would need different limits, so only these two qualify.
@@ -89,11 +90,16 @@ HeadViews::HeadViews(const Problem& p, int64_t diag_shift) : problem_(&p), diag_
 
 HeadView HeadViews::operator[](int64_t index) const {
   const Problem& p = *problem_;
-  if (!grouped_) return MakeHeadView(p, index / p.q_heads, index % p.q_heads, diag_shift_);
+  if (!grouped_) {
+    HeadView view = MakeHeadView(p, index / p.q_heads, index % p.q_heads, diag_shift_);
+    view.decode_walk = decode_walk_;
+    return view;
+  }
   const int64_t b = index / p.kv_heads, kv_h = index % p.kv_heads;
   const int64_t group = p.q_heads / p.kv_heads;
   // Row r of the view is query head kv_h * group + r (its only query row).
   HeadView view = MakeHeadView(p, b, kv_h * group, diag_shift_);
+  view.decode_walk = decode_walk_;
   view.tq = group;
   view.q_stride = p.q.head_stride;
   view.out_stride = p.out.head_stride;
@@ -104,7 +110,7 @@ HeadView HeadViews::operator[](int64_t index) const {
   return view;
 }
 
-int64_t WorkItems(const Problem& problem) { return HeadViews(problem, 0).size(); }
+int64_t WorkItems(const Problem& problem) { return HeadViews(problem, RunConfig()).size(); }
 
 HeadView WithSpans(HeadView view, const Problem& p, const KeySpan* spans, int64_t span_count) {
   view.spans = spans;
@@ -116,7 +122,7 @@ HeadView WithSpans(HeadView view, const Problem& p, const KeySpan* spans, int64_
 
 void SpansAttentionWith(const ParallelTarget& target, const Problem& p, const KeySpan* spans,
                         int64_t span_count, const RunConfig& config) {
-  const HeadViews views(p, config.diag_shift);
+  const HeadViews views(p, config);
   for (int64_t i = 0; i < views.size(); ++i) {
     target.run_view(WithSpans(views[i], p, spans, span_count), config.tiles);
   }

@@ -39,6 +39,10 @@ struct KeyRun {
   int64_t keys = 0;  // contiguous keys from there, to the view's end at most
 };
 
+// A decode walk (kernels/decode/walk_table.h: the rows, in the order
+// tried); kAuto: the first row that takes the view.
+enum class DecodeWalk : uint8_t { kAuto, kAmxTiles, kPairRow, kPairTiled, kRow, kPipelined, kTiled };
+
 struct HeadView {
   // Q, K, V and O have element types q_type, k_type, v_type, out_type
   // (attn::DType); their strides and offsets are in elements of that type.
@@ -102,6 +106,8 @@ struct HeadView {
   // Bytes from a span's k (v) to this view's rows: spans give kv head 0's
   // rows, and the view of kv head g reads g head strides further.
   int64_t span_k_bytes = 0, span_v_bytes = 0;
+  // The walk a narrow view tries first (RunConfig::decode_walk).
+  DecodeWalk decode_walk = DecodeWalk::kAuto;
 
   // Where key j is, and how many keys follow it contiguously. *hint (start
   // at 0) keeps the last span found: callers walk keys in increasing order,
@@ -137,33 +143,6 @@ struct HeadView {
   HeadView Keys(int64_t begin, int64_t end) const;
 };
 
-// The (batch b, query head h) view of a validated problem. GQA maps query
-// head h to key/value head h / (q_heads / kv_heads). diag_shift
-// (RunConfig::diag_shift) moves every row's diagonal key by that many keys.
-HeadView MakeHeadView(const Problem& p, int64_t b, int64_t h, int64_t diag_shift);
-
-// The independent units of work of a validated problem, as views: one per
-// (batch, query head); or, for grouped-query decode (T_q = 1, query heads
-// sharing K/V, every key visible to the single query), one per (batch, kv
-// head) whose rows are the group's query heads. Then one SIMD panel serves
-// the whole group and each K/V row is read once per group instead of once
-// per query head: decode is bound by reading K and V, and GQA divides that.
-class HeadViews {
- public:
-  // diag_shift: RunConfig::diag_shift of the call.
-  HeadViews(const Problem& problem, int64_t diag_shift);
-  int64_t size() const { return count_; }
-  HeadView operator[](int64_t index) const;
-  bool grouped() const { return grouped_; }
-  int64_t rows() const { return rows_; }  // rows per view
-
- private:
-  const Problem* problem_;
-  int64_t diag_shift_;
-  bool grouped_;
-  int64_t count_, rows_;
-};
-
 // How an all-bf16 problem multiplies (attn.h "bf16 dot-product paths";
 // chosen per call by dispatch/dot_path.h).
 enum class DotPath {
@@ -189,6 +168,37 @@ struct RunConfig {
   // sub-problems over a sequence's key and row ranges whose diagonals are
   // the sequence's, not the sub-problem's own.
   int64_t diag_shift = 0;
+  // Options::decode_walk: the walk the narrow views try first
+  // (kernels/decode/walk_table.h); kAuto, the table's order.
+  DecodeWalk decode_walk = DecodeWalk::kAuto;
+};
+
+// The (batch b, query head h) view of a validated problem. GQA maps query
+// head h to key/value head h / (q_heads / kv_heads). diag_shift
+// (RunConfig::diag_shift) moves every row's diagonal key by that many keys.
+HeadView MakeHeadView(const Problem& p, int64_t b, int64_t h, int64_t diag_shift);
+
+// The independent units of work of a validated problem, as views: one per
+// (batch, query head); or, for grouped-query decode (T_q = 1, query heads
+// sharing K/V, every key visible to the single query), one per (batch, kv
+// head) whose rows are the group's query heads. Then one SIMD panel serves
+// the whole group and each K/V row is read once per group instead of once
+// per query head: decode is bound by reading K and V, and GQA divides that.
+class HeadViews {
+ public:
+  // The call's diag_shift and decode_walk (RunConfig) go to every view.
+  HeadViews(const Problem& problem, const RunConfig& config);
+  int64_t size() const { return count_; }
+  HeadView operator[](int64_t index) const;
+  bool grouped() const { return grouped_; }
+  int64_t rows() const { return rows_; }  // rows per view
+
+ private:
+  const Problem* problem_;
+  int64_t diag_shift_;
+  DecodeWalk decode_walk_;
+  bool grouped_;
+  int64_t count_, rows_;
 };
 
 // Every kernel: computes the whole (validated) problem.

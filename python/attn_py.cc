@@ -489,7 +489,8 @@ nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb:
                      const nb::handle& out_dtype_obj, bool round_inputs_to_bf16,
                      const nb::handle& window_obj, float softcap, const nb::handle& sinks_obj,
                      const nb::handle& alibi_obj, const nb::handle& k_dtype_obj,
-                     const nb::handle& v_dtype_obj, const std::string& dot_path) {
+                     const nb::handle& v_dtype_obj, const std::string& dot_path,
+                     const std::string& decode_walk) {
   const bool k_q8 = ParseKvDtype("k_dtype", k_dtype_obj), v_q8 = ParseKvDtype("v_dtype", v_dtype_obj);
   const Typed<InArray> q_in = TypedArray<InArray>("q", q_obj, kInWhat);
   const Typed<InArray> k_in = KvArray<InArray>("k", k_obj, k_q8, kInWhat);
@@ -600,6 +601,7 @@ nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb:
   options.threads = threads;
   options.round_inputs_to_bf16 = round_inputs_to_bf16;
   options.dot_path = dot_path;
+  options.decode_walk = decode_walk;
   {
     // The arrays stay referenced by the ndarray handles above, so the
     // kernels may run without the GIL (other Python threads keep going).
@@ -939,7 +941,7 @@ NB_MODULE(_attn, m) {
         "return_lse"_a = false, "out"_a = nb::none(), "out_dtype"_a = nb::none(),
         "round_inputs_to_bf16"_a = false, "window"_a = nb::none(), "softcap"_a = 0.0f,
         "sinks"_a = nb::none(), "alibi_slopes"_a = nb::none(), "k_dtype"_a = nb::none(),
-        "v_dtype"_a = nb::none(), "dot_path"_a = "",
+        "v_dtype"_a = nb::none(), "dot_path"_a = "", "decode_walk"_a = "",
         R"(softmax(q @ k.T * scale + mask) @ v, in place on the caller's arrays.
 
 q: (..., Tq, d), k: (..., Tk, d), v: (..., Tk, dv) with ... = [batch,] heads
@@ -973,6 +975,10 @@ dot_path: the bf16 dot-product path of this call (a name of
 attn.supported_dot_paths(): 'widen', 'avx512bf16', 'amx', an emulated one,
 ...); '' (default): attn.current_dot_path() / the tuning table. A name that
 cannot run here raises attn.Error.
+decode_walk: the decode walk views of few query rows try first ('row',
+'pipelined', 'tiled', 'pair-row', 'pair-tiled', 'amx-tiles'; for tests and
+tuning: every walk stays within the same bound); '' (default): the walk
+table's order. attn.explain(...).decode_walk names the walk that runs.
 window: (left, right) sliding window after causal alignment, -1 unbounded
 (FlashAttention's window_size). softcap: logits become softcap *
 tanh(s / softcap) (0: none). sinks: float32 (q_heads,) logits that join each
@@ -1065,12 +1071,16 @@ float16 scale (|x| >= 65520 * 127).)");
       .def_ro("threads", &attn::AutoChoice::threads)
       .def_ro("source", &attn::AutoChoice::source)
       .def_ro("reason", &attn::AutoChoice::reason)
+      .def_ro("path", &attn::AutoChoice::path)
+      .def_ro("dot_path", &attn::AutoChoice::dot_path)
+      .def_ro("decode_walk", &attn::AutoChoice::decode_walk)
       .def("__repr__", [](const attn::AutoChoice& c) {
         return std::string("AutoChoice(kernel='") + attn::KernelName(c.kernel) +
                "', q_block=" + std::to_string(c.tiles.q_block) +
                ", kv_block=" + std::to_string(c.tiles.kv_block) +
                ", kv_splits=" + std::to_string(c.tiles.kv_splits) +
-               ", threads=" + std::to_string(c.threads) + ", source='" + c.source + "')";
+               ", threads=" + std::to_string(c.threads) + ", source='" + c.source +
+               "', decode_walk='" + c.decode_walk + "')";
       });
 
   m.def("load_tuning_file", &attn::LoadTuningFile, "path"_a,

@@ -12,10 +12,15 @@
 #define HWY_TARGET_INCLUDE "tests/blocks_test.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
-// Each -inl.h includes what it uses: first here, and in the reverse of the
-// kernels' order (narrow-inl.h pulls in softmax-inl.h and microkernels-inl.h
-// itself; the later includes are no-ops by the per-target include guards).
-#include "kernels/streaming/narrow-inl.h"
+// Each -inl.h includes what it uses: first here, the decode walks' leaves
+// before the files that include them, then the reverse of the kernels'
+// order (the decode walks pull in softmax-inl.h and microkernels-inl.h
+// themselves; later includes are no-ops by the per-target include guards).
+#include "kernels/decode/q8_passes-inl.h"
+#include "kernels/decode/row-inl.h"
+#include "kernels/decode/pipelined-inl.h"
+#include "kernels/decode/tiled-inl.h"
+#include "kernels/decode/walk-inl.h"
 #include "kernels/streaming/streaming-inl.h"
 #include "kernels/common/softmax-inl.h"
 #include "kernels/common/microkernels-inl.h"

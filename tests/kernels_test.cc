@@ -199,7 +199,7 @@ std::vector<Shape> Shapes() {
   }
   add(DecodeShape(40, 1, 517, 64));  // MQA decode with more heads than one panel holds
   // GQA decode, groups of 4 at d = 64: on AVX-512 the decode row walk mixes
-  // all four rows in one pass (narrow_row-inl.h kRowWalkOutputVectors);
+  // all four rows in one pass (kernels/decode/row-inl.h kRowWalkOutputVectors);
   // elsewhere rows 2-3 take a second pass.
   add(DecodeShape(8, 2, 300, 64));
   return shapes;
@@ -209,7 +209,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, KernelsTest, ::testing::ValuesIn(Shapes()),
                          [](const auto& info) { return info.param.Name(); });
 
 // The narrow path takes views of up to half a panel of rows
-// (kernels/streaming/narrow-inl.h NarrowMaxRows): the sweep must reach that
+// (kernels/common/narrow_state-inl.h NarrowMaxRows): the sweep must reach that
 // on every target this CPU runs, or a wider target would leave its widest
 // narrow views unswept. The panel width P, through the public API: the
 // default query block of one query row is one (partial) panel

@@ -291,6 +291,14 @@ struct Options {
   // the shape (attn-tune times the paths this CPU has), else the default
   // rule. A name that cannot run here is an Error (field "dot_path").
   std::string dot_path;
+  // The decode walk the narrow views (decode, GQA groups: at most one
+  // vector of query rows) try first, by name ("auto" or "": the table's
+  // order; "amx-tiles", "pair-row", "pair-tiled", "row", "pipelined",
+  // "tiled"; docs/decode-walks.md). A view the named walk declines takes the
+  // table's choice; ExplainChoice says which ran and why. For tests and the
+  // tuner: every walk gives results within the same bound. An unknown name
+  // is an Error (field "decode_walk").
+  std::string decode_walk;
 };
 
 // Computes attention; throws attn::Error on invalid input (nothing written).

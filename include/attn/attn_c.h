@@ -147,6 +147,11 @@ typedef struct attn_options_t {
    * attn_force_dot_path); NULL or "": attn's choice. A name that cannot run
    * here fails the call with ATTN_INVALID_ARGUMENT. */
   const char* dot_path;
+  /** The decode walk the narrow views try first (attn::Options::decode_walk:
+   * "row", "pipelined", "tiled", "pair-row", "pair-tiled", "amx-tiles");
+   * NULL or "": the table's order. An unknown name fails the call with
+   * ATTN_INVALID_ARGUMENT. */
+  const char* decode_walk;
 } attn_options_t;
 
 /** Sets every field to its default (batch = heads = 1, mask col_stride 1,

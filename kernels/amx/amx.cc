@@ -28,6 +28,7 @@
 #include "kernels/common/softmax-inl.h"
 #include "kernels/common/stage_clock.h"
 #include "kernels/common/widen-inl.h"
+#include "kernels/decode/walk_table.h"  // ChooseDecodeWalk
 #include "kernels/kernel.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -68,16 +69,16 @@ using Amx = ExcludedAmx;
 #undef ATTN_AMX_LAYER_NAME
 }  // namespace excluded
 
-// Views of fewer than kAmxMinTileRows rows (decode, a GQA group of up to
-// 4 query heads) would fill the 32-row groups with padding and pack each
-// key for few rows: they run the bf16 dot-product kernel's narrow path
-// instead (kernels/bf16dot/narrow-body.h: vdpbf16ps, or its emulation, with
-// the same arithmetic as the tiles: pairs summed in float32, P rounded to
-// bf16). From 8 rows the tiles are the faster (attn-bench's
-// amx-stages/decode rows; docs/performance.md).
-constexpr int64_t kAmxMinTileRows = 8;
+// Views of more than NarrowMaxRows() rows take the tiles; narrow views
+// (decode, GQA groups) as the decode walk table says (walk_table.cc
+// "amx-tiles": groups of 8 rows or more), the others the bf16 dot-product
+// kernel's pair walks (vdpbf16ps, or its emulation, with the same
+// arithmetic as the tiles: pairs summed in float32, P rounded to bf16).
 bool AmxTakesView(const internal::HeadView& view) {
-  return view.tq >= std::min(kAmxMinTileRows, NarrowMaxRows() + 1);
+  if (view.tq > NarrowMaxRows()) return true;
+  const internal::DecodeView facts =
+      internal::DescribeDecodeView(view, NarrowMaxRows(), internal::DecodeProducts::kAmx);
+  return internal::ChooseDecodeWalk(facts, view.decode_walk) == internal::DecodeWalk::kAmxTiles;
 }
 
 void AmxViewEmulated(const internal::HeadView& view, const Tiles& tiles) {
@@ -146,7 +147,7 @@ internal::ParallelTarget AmxTargetImpl(bool hardware) {
 
 void AmxHeadsImpl(const Problem& p, const internal::RunConfig& config, bool hardware,
                     const internal::AmxRun& run) {
-  const internal::HeadViews views(p, config.diag_shift);
+  const internal::HeadViews views(p, config);
   for (int64_t i = 0; i < views.size(); ++i) {
     if (hardware) {
       AmxHeadsHardware(views[i], config.tiles, run);
@@ -170,7 +171,7 @@ ParallelTarget AmxTarget(bool hardware) { return HWY_DYNAMIC_DISPATCH(AmxTargetI
 
 void AmxStreamingAttention(const Problem& p, const RunConfig& config, bool hardware) {
   const ParallelTarget target = AmxTarget(hardware);
-  const HeadViews views(p, config.diag_shift);
+  const HeadViews views(p, config);
   for (int64_t i = 0; i < views.size(); ++i) target.run_view(views[i], config.tiles);
 }
 

@@ -4,7 +4,7 @@
 // per layer (emulated:: on every target, hardware:: on AVX3 within the
 // amx-tile/amx-bf16 attribute region), after the headers it uses
 // (amx/pack-inl.h, common/amx-inl.h, common/microkernels-inl.h,
-// common/softmax-inl.h, common/widen-inl.h, streaming/narrow-inl.h), with
+// common/softmax-inl.h, common/widen-inl.h, decode/blocks-inl.h), with
 // `using Amx = ...` in scope.
 //
 // Algorithm, per head: the streaming kernel's loop (query blocks, key

@@ -1,6 +1,6 @@
 // The bf16 dot-product kernels' entry points: the streaming kernel and the
 // parallel kernel's per-view function over bf16 pairs (head-body.h, and
-// narrow-body.h for views of few rows), each in one copy per instruction
+// kernels/decode's pair walks for views of few rows), each in one copy per instruction
 // layer (kernels/common/bf16dot-inl.h): the emulations of vdpbf16ps and of
 // Arm's BFDOT on every Highway target, AVX512-BF16's vdpbf16ps on AVX3 and
 // BFDOT on NEON (aarch64). Which copy runs is decided once per call by dispatch
@@ -23,7 +23,10 @@
 #include "kernels/common/softmax-inl.h"
 #include "kernels/common/widen-inl.h"
 #include "kernels/kernel.h"
-#include "kernels/streaming/narrow-inl.h"
+#include "kernels/decode/blocks-inl.h"  // NarrowMixTile, NarrowSoftmaxRow (pair walks)
+#include "kernels/decode/row-inl.h"     // kGroupPrefetchBytes (pair row walk)
+#include "kernels/decode/walk-inl.h"    // NarrowHead (one-row views)
+#include "kernels/decode/walk_table.h"  // ChooseDecodeWalk
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
@@ -31,15 +34,21 @@ namespace HWY_NAMESPACE {
 
 namespace emulated {
 using Dot = EmulatedBf16Dot;
-constexpr bool kPairRowWalkLayer = true;  // narrow-body.h: tests the hardware layer's walk
-#include "kernels/bf16dot/narrow-body.h"  // NOLINT: included per layer
+constexpr bool kPairRowWalkLayer = true;  // pair_row-body.h: tests the hardware layer's walk
+#include "kernels/decode/pair_blocks-body.h"  // NOLINT: included per layer
+#include "kernels/decode/pair_tiled-body.h"   // NOLINT: included per layer
+#include "kernels/decode/pair_row-body.h"     // NOLINT: included per layer
+#include "kernels/decode/pair_head-body.h"    // NOLINT: included per layer
 #include "kernels/bf16dot/head-body.h"  // NOLINT: included per layer
 }  // namespace emulated
 
 namespace arm_emulated {
 using Dot = EmulatedArmBfdot;
 constexpr bool kPairRowWalkLayer = false;  // as BFDOT's NEON layer
-#include "kernels/bf16dot/narrow-body.h"  // NOLINT: included per layer
+#include "kernels/decode/pair_blocks-body.h"  // NOLINT: included per layer
+#include "kernels/decode/pair_tiled-body.h"   // NOLINT: included per layer
+#include "kernels/decode/pair_row-body.h"     // NOLINT: included per layer
+#include "kernels/decode/pair_head-body.h"    // NOLINT: included per layer
 #include "kernels/bf16dot/head-body.h"  // NOLINT: included per layer
 }  // namespace arm_emulated
 
@@ -82,7 +91,10 @@ namespace HWY_NAMESPACE {
 namespace hardware {
 using Dot = Avx512Bf16Dot;
 constexpr bool kPairRowWalkLayer = true;
-#include "kernels/bf16dot/narrow-body.h"  // NOLINT: included per layer
+#include "kernels/decode/pair_blocks-body.h"  // NOLINT: included per layer
+#include "kernels/decode/pair_tiled-body.h"   // NOLINT: included per layer
+#include "kernels/decode/pair_row-body.h"     // NOLINT: included per layer
+#include "kernels/decode/pair_head-body.h"    // NOLINT: included per layer
 #include "kernels/bf16dot/head-body.h"  // NOLINT: included per layer
 }  // namespace hardware
 
@@ -103,7 +115,10 @@ namespace HWY_NAMESPACE {
 namespace arm_hardware {
 using Dot = NeonBfdot;
 constexpr bool kPairRowWalkLayer = false;
-#include "kernels/bf16dot/narrow-body.h"  // NOLINT: included per layer
+#include "kernels/decode/pair_blocks-body.h"  // NOLINT: included per layer
+#include "kernels/decode/pair_tiled-body.h"   // NOLINT: included per layer
+#include "kernels/decode/pair_row-body.h"     // NOLINT: included per layer
+#include "kernels/decode/pair_head-body.h"    // NOLINT: included per layer
 #include "kernels/bf16dot/head-body.h"  // NOLINT: included per layer
 }  // namespace arm_hardware
 
@@ -163,7 +178,7 @@ PairDotLayer PairDotLayerOf(DotPath path) {
 
 void Bf16DotStreamingAttention(const Problem& p, const RunConfig& config, PairDotLayer layer) {
   const ParallelTarget target = Bf16DotTarget(layer);
-  const HeadViews views(p, config.diag_shift);
+  const HeadViews views(p, config);
   for (int64_t i = 0; i < views.size(); ++i) target.run_view(views[i], config.tiles);
 }
 }  // namespace internal

@@ -4,7 +4,7 @@
 // inside a namespace per layer (emulated:: on every target, hardware:: on
 // AVX3 within the avx512bf16 attribute region), after the headers it uses
 // (bf16dot/pack-inl.h, common/microkernels-inl.h, common/modifiers-inl.h,
-// common/softmax-inl.h, common/widen-inl.h, streaming/narrow-inl.h), with
+// common/softmax-inl.h, common/widen-inl.h, decode/blocks-inl.h), with
 // `using Dot = ...` in
 // scope. Including the same text twice is what lets the hardware copy be
 // compiled with avx512bf16 enabled while the emulated copy, which CPUs
@@ -30,8 +30,8 @@
 // kernels instead (widened V, float32 weights, microkernels-inl.h
 // NonFiniteV), so those values reach exactly the rows that can see their
 // key, as everywhere else. Views of 2 to NarrowMaxRows() rows (a GQA decode
-// group) take the narrow formulation on the same pairs (narrow-body.h),
-// views of one row the widened narrow path (narrow-inl.h).
+// group) take the narrow formulation on the same pairs (kernels/decode/pair_head-body.h),
+// views of one row the widened walks (kernels/decode/walk-inl.h).
 //
 // Memory traffic: the streaming kernel's, at 2 bytes an element: K and V
 // read once per query block, in place (a paged cache's pages too: a key
@@ -141,7 +141,7 @@ HWY_INLINE void PairMixTile(const uint32_t* HWY_RESTRICT pp, int64_t key_pairs,
 
 HWY_INLINE void Bf16DotHead(const internal::HeadView& h, const Tiles& tiles,
                             Bf16DotScratch& scratch) {
-  // Views of few rows: the pair formulation for a GQA group (narrow-body.h;
+  // Views of few rows: the pair formulation for a GQA group (kernels/decode/pair_head-body.h;
   // it measured slower than widening for a single row, see there).
   if (h.tq <= NarrowMaxRows()) {
     if (h.tq == 1) return NarrowHead(h, tiles, scratch.narrow());

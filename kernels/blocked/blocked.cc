@@ -109,7 +109,7 @@ void BlockedAttentionImpl(const Problem& p, const internal::RunConfig& config) {
   auto widened = hwy::AllocateAligned<float>(
       f32_kv ? 1 : size_t(std::min<int64_t>(kv_block, p.kv_len) * std::max(p.head_dim, dv)));
   if (!qt || !ot || !st || !stats || !v_bad || !widened) throw std::bad_alloc();
-  const internal::HeadViews views(p, config.diag_shift);
+  const internal::HeadViews views(p, config);
   for (int64_t i = 0; i < views.size(); ++i) {
     BlockedHead(views[i], config.tiles, qt.get(), ot.get(), st.get(), stats.get(), v_bad.get(),
                 widened.get());

@@ -46,7 +46,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // it (float, hwy::bfloat16_t, hwy::float16_t): one switch per call, then
 // code templated on the type. For the element types: q8_0 blocks are never
 // passed here (Q and O cannot be q8_0; a q8_0 K or V goes through WidenRows
-// or the decode path's narrow_q8-inl.h).
+// or the decode path's kernels/decode/q8_passes-inl.h).
 template <class F>
 HWY_INLINE void WithStorageType(DType type, const F& f) {
   switch (type) {
@@ -176,8 +176,8 @@ struct Q8_0Row {};
 
 // Vector n of a row (elements n·N .. n·N + N - 1) as float32: widened
 // exactly (LoadWide), or a q8_0 row's int8 values times their block's
-// scale (exact in float32; the values narrow_q8-inl.h's passes compute).
-// The decode path's row walks (narrow_row-inl.h) read K and V rows with
+// scale (exact in float32; the values kernels/decode/q8_passes-inl.h's passes compute).
+// The decode path's row walks (kernels/decode/row-inl.h) read K and V rows with
 // it, and attn-bench's widen rows (bench/widen_probe.cc) time it.
 template <typename T>
 HWY_INLINE hn::Vec<hn::ScalableTag<float>> LoadRowVector(const char* HWY_RESTRICT row, int64_t n) {

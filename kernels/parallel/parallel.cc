@@ -96,7 +96,7 @@ void ParallelAttentionWith(const ParallelTarget& target, const Problem& p,
                            const RunConfig& config) {
   const int64_t P = target.panel_width;
   const int64_t q_block = std::max<int64_t>(P, (config.tiles.q_block + P - 1) / P * P);
-  const HeadViews views(p, config.diag_shift);
+  const HeadViews views(p, config);
   const int64_t q_blocks = (views.rows() + q_block - 1) / q_block;
   const int64_t items = views.size() * q_blocks;
   const int splits = std::max(1, config.tiles.kv_splits);

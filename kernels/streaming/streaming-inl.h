@@ -52,7 +52,7 @@
 #include "kernels/common/softmax-inl.h"  // PanelStats, OnlineSoftmaxTile, FinishPanel
 #include "kernels/common/widen-inl.h"  // WidenRows
 #include "kernels/kernel.h"
-#include "kernels/streaming/narrow-inl.h"
+#include "kernels/decode/walk-inl.h"  // NarrowHead
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
@@ -87,7 +87,7 @@ class StreamingScratch {
   }
 
  private:
-  // For views of few rows (narrow-inl.h), one per view taken in turn.
+  // For views of few rows (kernels/decode), one per view taken in turn.
   NarrowScratch narrow_[kNarrowMaxInterleavedViews];
   hwy::AlignedFreeUniquePtr<float[]> qt_, ot_, st_, stats_, kw_, vw_;
   size_t qt_size_ = 0, ot_size_ = 0, st_size_ = 0, stats_size_ = 0, kw_size_ = 0, vw_size_ = 0;
@@ -167,7 +167,7 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
         const int64_t upto =
             std::min(next_rows, next_rows * ++tile_index / std::max<int64_t>(1, block_tiles));
         const int64_t next = q0 + rows + prefetched;
-        if (upto > prefetched) {  // narrow-inl.h's PrefetchRows
+        if (upto > prefetched) {  // key_rows-inl.h's PrefetchRows
           PrefetchRows(h.QRow(next), h.q_type, h.q_stride, upto - prefetched, h.d);
           PrefetchRows(h.OutRow(next), h.out_type, h.out_stride, upto - prefetched, h.dv);
           prefetched = upto;

@@ -17,7 +17,7 @@ namespace HWY_NAMESPACE {
 // Whether narrow view b reads the same token rows as narrow view a: the
 // same keys, with b's K and V rows starting within a's (kv heads of one
 // sequence in a token-major layout, b's after a's), so that the two take
-// their tiles in turn (narrow-inl.h NarrowHeads) and read those rows from
+// their tiles in turn (kernels/decode/heads.cc NarrowHeads) and read those rows from
 // memory once.
 bool SharesTokenRows(const internal::HeadView& a, const internal::HeadView& b) {
   if (a.tq > NarrowMaxRows() || b.tq > NarrowMaxRows()) return false;
@@ -71,7 +71,7 @@ void StreamingAttentionImpl(const Problem& p, const internal::RunConfig& config)
   // Kept per thread across calls: short problems (T = 128 is ~80 us) would
   // otherwise spend a visible share in allocation. O(tile) memory per thread.
   thread_local StreamingScratch scratch;
-  const internal::HeadViews views(p, config.diag_shift);
+  const internal::HeadViews views(p, config);
   RunViews(views.size(), [&](int64_t i) { return views[i]; }, config.tiles, scratch);
 }
 
@@ -82,7 +82,7 @@ void StreamingAttentionImpl(const Problem& p, const internal::RunConfig& config)
 void StreamingSpansAttentionImpl(const Problem& p, const internal::KeySpan* spans,
                                  int64_t span_count, const internal::RunConfig& config) {
   thread_local StreamingScratch scratch;
-  const internal::HeadViews views(p, config.diag_shift);
+  const internal::HeadViews views(p, config);
   RunViews(
       views.size(),
       [&](int64_t i) { return internal::WithSpans(views[i], p, spans, span_count); },

@@ -3,6 +3,7 @@ warning (never an exception) for a file that cannot be used."""
 import json
 
 import numpy as np
+import pytest
 
 import attn
 
@@ -44,3 +45,27 @@ def test_targets():
 
 def test_version_is_the_library_version():
     assert attn.__version__.count(".") == 2
+
+
+def test_explain_names_the_decode_walk():
+    # One query row of d = 128: a decode view, which takes a walk of the
+    # decode walk table; 64 rows take the panel kernels, no walk.
+    walks = {"row", "pipelined", "tiled", "pair-row", "pair-tiled", "amx-tiles"}
+    assert attn.explain(1, 4096, 128).decode_walk in walks
+    assert attn.explain(64, 4096, 128).decode_walk == ""
+
+
+def test_a_forced_decode_walk_gives_the_same_bits_and_an_unknown_one_raises():
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((4, 1, 64), dtype=np.float32)
+    k = rng.standard_normal((4, 300, 64), dtype=np.float32)
+    v = rng.standard_normal((4, 300, 64), dtype=np.float32)
+    # The widened walks keep the tiled walk's order per output column, so
+    # at equal tiles their bits agree: 32 keys are one tile for every walk.
+    out = {w: attn.attention(q, k[:, :32], v[:, :32], kernel="streaming", decode_walk=w)
+           for w in ("tiled", "row", "pipelined", "")}
+    for w in ("row", "pipelined", ""):
+        assert np.array_equal(out[w], out["tiled"]), w
+    with pytest.raises(attn.Error) as e:
+        attn.attention(q, k, v, decode_walk="zigzag")
+    assert "decode_walk" in str(e.value)

@@ -127,6 +127,7 @@ int Explain(const Args& args, bool output_given) {
   fmt::print("  source  {}\n", c.source);
   fmt::print("  why     {}\n", c.reason);
   fmt::print("  path    {}\n", c.path);
+  if (!c.decode_walk.empty()) fmt::print("  walk    {}\n", c.decode_walk);
   return 0;
 }
 

@@ -1,14 +1,13 @@
-// The narrow path's pipelined walk (kernels/streaming/narrow-inl.h
-// NarrowPipelines: one query row, K and V of one 16- or 32-bit type, V rows
-// of whole vectors; in a run of token-major views, NarrowHeads, groups of 2
-// and 4 rows too, each view's steps taken in turn) and its row walk
-// (narrow_row-inl.h: one-row views with
-// d = d_v of at most 8 vectors, q8_0 K and V too) against the tiled walk, the simple
-// formulation both reorder: the same operations in the same order per row and column, so the
-// same bits, on every target, kernel and tile size, with masks, causal
-// limits, fully masked rows and non-finite values. Both walks are also held
-// to the float64 bound by kernels_test, dtype_test and the serving tests,
-// where the pipelined walk is the default.
+// Every decode walk of the table (kernels/decode/walk_table.h), forced
+// through Options::decode_walk, against its family's simple walk: the
+// widened walks (row, pipelined) against the tiled walk, the pair row walk
+// against the pair tiled walk. Each reorders the simple walk's operations
+// but keeps their order per row and column, so the same bits, on every
+// target, kernel and tile size, with masks, causal limits, fully masked
+// rows and non-finite values. Every walk is also held to the float64 bound
+// by kernels_test, dtype_test, bf16dot_test and the serving tests (the
+// amx-tiles row, the AMX prefill kernel, by amx_test). The table's own
+// rules and the option's errors are tested at the end.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -20,7 +19,8 @@
 #include <vector>
 
 #include "attn/attn.h"
-#include "kernels/streaming/narrow_pipeline.h"
+#include "attn/tuning.h"  // ExplainChoice
+#include "kernels/decode/walk_table.h"
 #include "tests/test_util.h"
 
 namespace attn::test {
@@ -31,11 +31,10 @@ struct Bits {
   std::vector<uint32_t> out, lse;
 };
 
-Bits RunWalk(OwnedProblem& o, const Options& options, bool pipelined) {
-  internal::NarrowPipelineAllowed().store(pipelined);
+Bits RunWalk(OwnedProblem& o, Options options, const std::string& walk) {
+  options.decode_walk = walk;
   o.ClearOutputs();
   attention(o.problem, options);
-  internal::NarrowPipelineAllowed().store(true);
   Bits b;
   b.out.resize(o.out.size());
   std::memcpy(b.out.data(), o.out.data(), o.out.size() * sizeof(float));
@@ -50,7 +49,7 @@ std::vector<Shape> DecodeShapes() {
   for (DType kv : {DType::kF32, DType::kBF16, DType::kF16}) {
     // tk: one key, fewer than a score block (4), a few ragged tiles, many
     // tiles; d ragged (40: a scalar tail in each dot product) and whole.
-    // d = d_v (16, 128): the row walk (narrow_row-inl.h) where the row is
+    // d = d_v (16, 128): the row walk (kernels/decode/row-inl.h) where the row is
     // at most 8 vectors, a V row of 1 to 16 vectors over the targets.
     for (int64_t tk : {1, 3, 37, 300, 1100}) {
       for (int64_t d : {40, 64, 16, 128}) {
@@ -80,7 +79,7 @@ std::vector<Shape> DecodeShapes() {
     shapes.push_back(masked);
   }
   // q8_0 K and V: the row walk where d = d_v (a multiple of 32, at most 8
-  // vectors), the q8_0 tiled passes otherwise (narrow_q8-inl.h).
+  // vectors), the q8_0 tiled passes otherwise (kernels/decode/q8_passes-inl.h).
   for (int64_t tk : {1, 3, 37, 300, 1100}) {
     for (int64_t d : {64, 128}) {
       Shape s;
@@ -174,22 +173,31 @@ std::vector<Variant> Variants() {
           MakeVariant("parallel/t2/kv7", KernelId::kParallel, 2, ragged)};
 }
 
-// Each variant's tiled walk and its pipelined or row walk give the same
-// bits on problem o (at the target and dot path in force); `also` checks
-// the outputs further after each variant.
+// The walks of a family: its simple walk first, then those tested against
+// it. A forced walk that declines a view leaves it to the table, which
+// then picks one of the family (or, forced, the simple walk).
+const std::vector<std::string> kWidenedWalks = {"tiled", "row", "pipelined", "auto"};
+const std::vector<std::string> kPairWalks = {"pair-tiled", "pair-row", "auto"};
+
+// Each variant's walks of `walks` give the first one's bits on problem o
+// (at the target and dot path in force); `also` checks the outputs further
+// after each run.
 void ExpectWalksAgree(OwnedProblem& o, const std::string& where,
+                      const std::vector<std::string>& walks = kWidenedWalks,
                       const std::function<void()>& also = [] {}) {
   for (const Variant& v : Variants()) {
-    SCOPED_TRACE(where + " " + v.name);
-    const Bits tiled = RunWalk(o, v.options, false);
-    const Bits pipelined = RunWalk(o, v.options, true);
-    ASSERT_EQ(tiled.out, pipelined.out);
-    ASSERT_EQ(tiled.lse, pipelined.lse);
-    also();
+    const Bits simple = RunWalk(o, v.options, walks[0]);
+    for (size_t i = 1; i < walks.size(); ++i) {
+      SCOPED_TRACE(where + " " + v.name + " " + walks[i] + " against " + walks[0]);
+      const Bits other = RunWalk(o, v.options, walks[i]);
+      ASSERT_EQ(simple.out, other.out);
+      ASSERT_EQ(simple.lse, other.lse);
+      also();
+    }
   }
 }
 
-TEST(NarrowPipeline, EqualsTheTiledWalkBitForBit) {
+TEST(DecodeWalks, WidenedWalksGiveTheTiledWalksBits) {
   for (const Shape& shape : DecodeShapes()) {
     SCOPED_TRACE(shape.Name());
     OwnedProblem o = MakeProblem(shape);
@@ -202,7 +210,7 @@ TEST(NarrowPipeline, EqualsTheTiledWalkBitForBit) {
 }
 
 // All-bf16 GQA groups on a bf16 dot-product path: the pair path's row walk
-// (kernels/bf16dot/narrow-body.h PairNarrowRowWalk: groups of 2, 4 and 8
+// (kernels/decode/pair_row-body.h PairNarrowRowWalk: groups of 2, 4 and 8
 // rows, 8 only where no row can hide a key from another; K and V rows
 // adjacent; d = d_v of 2 or 4 vectors of pairs) against its tiled walk
 // (PairNarrowGroupTile), on every dot path that runs here (the emulations,
@@ -247,9 +255,9 @@ std::vector<Shape> PairShapes() {
   return shapes;
 }
 
-TEST(NarrowPipeline, PairRowWalkGivesThePairTiledWalksBits) {
-  // The walk is compiled for AVX3 only (narrow-body.h kPairRowWalkCompiled);
-  // on other targets both runs would take the tiled walk.
+TEST(DecodeWalks, PairRowWalkGivesThePairTiledWalksBits) {
+  // The walk is compiled for AVX3 only (pair_row-body.h kPairRowWalkCompiled);
+  // on other targets every run would take the pair tiled walk.
   const std::vector<std::string> targets = TestTargets();
   if (std::find(targets.begin(), targets.end(), "AVX3") == targets.end()) {
     GTEST_SKIP() << "the pair row walk runs on the AVX3 target only, not tested here";
@@ -262,7 +270,11 @@ TEST(NarrowPipeline, PairRowWalkGivesThePairTiledWalksBits) {
     for (const std::string& path : SupportedDotPaths()) {
       if (path == "widen") continue;  // no pairs
       ForceDotPath(path);
-      ExpectWalksAgree(o, path);
+      // On the amx paths auto gives groups of 8 rows to the tiles (another
+      // order of sums), so only the forced pair walks are compared there.
+      std::vector<std::string> walks = kPairWalks;
+      if (path.rfind("amx", 0) == 0) walks.pop_back();
+      ExpectWalksAgree(o, path, walks);
       ++compared;
     }
     ForceDotPath("auto");
@@ -273,7 +285,7 @@ TEST(NarrowPipeline, PairRowWalkGivesThePairTiledWalksBits) {
 
 // NaN and infinity in K and V: a NaN score makes the row NaN, an infinite
 // V at a hidden key is never read, as in the tiled walk.
-TEST(NarrowPipeline, NonFiniteInputsGiveTheTiledWalksBits) {
+TEST(DecodeWalks, NonFiniteInputsGiveTheTiledWalksBits) {
   Shape s;
   s.q_heads = s.kv_heads = 2;
   s.tk = 90;
@@ -289,12 +301,125 @@ TEST(NarrowPipeline, NonFiniteInputsGiveTheTiledWalksBits) {
   o.mask[70] = -inf;  // one mask row, broadcast over the heads
   for (const std::string& target : TestTargets()) {
     ForceTarget(target);
-    ExpectWalksAgree(o, target, [&] {
+    ExpectWalksAgree(o, target, kWidenedWalks, [&] {
       EXPECT_TRUE(std::isnan(o.out[0]));            // head 0 saw the NaN
       EXPECT_TRUE(std::isfinite(o.out[s.dv + 5]));  // head 1 never read the inf
     });
   }
   ForceTarget("auto");
+}
+
+// Every row of the table is compared bit for bit above, or (amx-tiles, the
+// AMX prefill kernel, whose sums run in another order) held to the float64
+// bound by amx_test: a new row must join one of these lists.
+TEST(DecodeWalks, EveryRowOfTheTableIsTested) {
+  for (const internal::DecodeWalkRow& row : internal::DecodeWalks()) {
+    const std::string name = row.name;
+    const bool widened = std::count(kWidenedWalks.begin(), kWidenedWalks.end(), name) > 0;
+    const bool pairs = std::count(kPairWalks.begin(), kPairWalks.end(), name) > 0;
+    EXPECT_TRUE(widened || pairs || name == "amx-tiles") << name;
+    EXPECT_EQ(internal::ParseDecodeWalk(name), row.walk) << name;
+  }
+}
+
+// The table's rules, on the facts of views of each kind (the rules as
+// docs/decode-walks.md states them, for a target of 16 float32 lanes).
+TEST(DecodeWalks, TheTableTakesEachViewByItsRules) {
+  using internal::DecodeProducts;
+  using internal::DecodeWalk;
+  auto view = [](int64_t rows, int64_t d, DType type = DType::kF32) {
+    internal::DecodeView v;
+    v.rows = rows;
+    v.d = v.dv = d;
+    v.k_type = v.v_type = type;
+    v.float_lanes = 16;
+    return v;
+  };
+  auto choose = [](const internal::DecodeView& v, DecodeWalk forced = DecodeWalk::kAuto) {
+    return std::string(internal::DecodeWalkName(internal::ChooseDecodeWalk(v, forced)));
+  };
+  EXPECT_EQ(choose(view(1, 128)), "row");            // 8 vectors, rows adjacent
+  EXPECT_EQ(choose(view(1, 40)), "tiled");           // d_v not whole vectors
+  EXPECT_EQ(choose(view(4, 64, DType::kBF16)), "row");
+  EXPECT_EQ(choose(view(3, 64)), "tiled");           // no row step for 3 rows
+  EXPECT_EQ(choose(view(1, 256)), "pipelined");      // 16 vectors: beyond the row walk
+  EXPECT_EQ(choose(view(1, 128, DType::kQ8_0)), "row");
+  EXPECT_EQ(choose(view(2, 128, DType::kQ8_0)), "tiled");
+  internal::DecodeView strided = view(2, 64);
+  strided.rows_adjacent = false;  // token-major: a view's rows are kv_heads·d apart
+  EXPECT_EQ(choose(strided), "tiled");
+  strided.in_run = true;  // with its neighbours in lockstep
+  EXPECT_EQ(choose(strided), "pipelined");
+  internal::DecodeView mixed = view(1, 64);
+  mixed.v_type = DType::kBF16;
+  EXPECT_EQ(choose(mixed), "tiled");
+
+  internal::DecodeView pairs = view(4, 128, DType::kBF16);
+  pairs.products = DecodeProducts::kPairs;
+  EXPECT_EQ(choose(pairs), "pair-tiled");  // the layer has no row walk
+  pairs.pair_row_compiled = true;
+  EXPECT_EQ(choose(pairs), "pair-row");    // 4 vectors of 32-element pairs
+  pairs.spans = true;
+  EXPECT_EQ(choose(pairs), "pair-tiled");  // pages
+  internal::DecodeView eight = view(8, 64, DType::kBF16);
+  eight.products = DecodeProducts::kPairs;
+  eight.pair_row_compiled = true;
+  EXPECT_EQ(choose(eight), "pair-row");
+  eight.same_keys = false;  // a mask: rows may hide different keys
+  EXPECT_EQ(choose(eight), "pair-tiled");
+  eight.products = DecodeProducts::kAmx;
+  EXPECT_EQ(choose(eight), "amx-tiles");
+  internal::DecodeView one = view(1, 128, DType::kBF16);
+  one.products = DecodeProducts::kAmx;  // one row: the widened walks
+  EXPECT_EQ(choose(one), "row");
+
+  // Forced: the table from that row on; a walk that declines passes the
+  // view on, and a family's walks never take another family's views.
+  EXPECT_EQ(choose(view(1, 128), DecodeWalk::kTiled), "tiled");
+  EXPECT_EQ(choose(view(1, 128), DecodeWalk::kPipelined), "pipelined");
+  EXPECT_EQ(choose(view(2, 64), DecodeWalk::kPipelined), "tiled");
+  EXPECT_EQ(choose(eight, DecodeWalk::kPairRow), "pair-tiled");  // declines the mask
+  EXPECT_EQ(choose(eight, DecodeWalk::kTiled), "amx-tiles");     // not a widened view
+  const std::string text = internal::ExplainDecodeWalk(view(2, 64), DecodeWalk::kPipelined);
+  EXPECT_EQ(text,
+            "tiled (decode_walk pipelined declined: not one row, or a group of 2 or 4 in a run "
+            "of views)");
+}
+
+// An unknown walk is an Error naming the field and value, before anything
+// is written; ExplainChoice names the walk that runs.
+TEST(DecodeWalks, TheOptionIsCheckedAndExplained) {
+  Shape s;
+  s.q_heads = 8;
+  s.kv_heads = 2;
+  s.tq = 1;
+  s.tk = 300;
+  s.d = s.dv = 64;
+  OwnedProblem o = MakeProblem(s);
+  std::fill(o.out.begin(), o.out.end(), 7.0f);
+  Options options;
+  options.decode_walk = "zigzag";
+  try {
+    attention(o.problem, options);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.field(), "decode_walk");
+    EXPECT_EQ(e.value(), "zigzag");
+  }
+  for (float x : o.out) ASSERT_EQ(x, 7.0f);
+
+  options.decode_walk = "";
+  options.kernel = KernelId::kStreaming;
+  const std::string chosen = ExplainChoice(o.problem, options).decode_walk;
+  EXPECT_TRUE(chosen == "row" || chosen == "pipelined" || chosen == "tiled") << chosen;
+  options.decode_walk = "tiled";
+  EXPECT_EQ(ExplainChoice(o.problem, options).decode_walk, "tiled");
+  Shape wide = s;  // more query rows than a vector: the panel kernels
+  wide.tq = 64;
+  OwnedProblem w = MakeProblem(wide);
+  EXPECT_EQ(ExplainChoice(w.problem, options).decode_walk, "");
+  options.kernel = KernelId::kNaive;
+  EXPECT_EQ(ExplainChoice(o.problem, options).decode_walk, "");
 }
 
 }  // namespace

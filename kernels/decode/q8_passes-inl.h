@@ -1,12 +1,11 @@
 // The narrow (decode) path over ggml's q8_0 K and V (attn.h DType::kQ8_0),
 // per Highway target (per-target include guard below): the score and mix
-// passes of narrow-inl.h with the rows read as 34-byte blocks of 32 int8
-// and a binary16 scale. narrow-inl.h includes this file after its own
-// building blocks (NarrowScratch, the reductions, the key and column
-// blockings) and calls these for a q8_0 K or V; the branch is taken once
-// per tile, at compile time, so the f32 / bf16 / f16 code is unchanged.
+// passes of blocks-inl.h with the rows read as 34-byte blocks of 32 int8
+// and a binary16 scale. The tiled walk (tiled-inl.h) calls these for a
+// q8_0 K or V; the branch is taken once per tile, so the f32 / bf16 / f16
+// code is unchanged.
 //
-// Algorithm: the same as narrow-inl.h's, lanes along the head dimension.
+// Algorithm: the same as blocks-inl.h's, lanes along the head dimension.
 // Scores: for each block of 32 elements, the block's scale is broadcast
 // once per key (Q8_0ScaleVec: vpbroadcastw + vcvtph2ps on AVX2 / AVX-512)
 // and its int8 values loaded as int32 (vpmovsxbd), converted to float and
@@ -22,7 +21,7 @@
 // Memory traffic: K and V are read once per view, 34 bytes per 32
 // elements (1.0625 bytes an element, scales included: 0.53 of f16's,
 // 0.27 of float32's); K rows are prefetched ahead and V rows during the
-// same tile's scores as narrow-inl.h does, the distance in bytes (60 q8_0
+// same tile's scores as the tiled walk does, the distance in bytes (60 q8_0
 // keys at any d: KeyPrefetchDistance), a contiguous run of rows (the
 // usual dense cache) as one span of cache lines.
 //
@@ -34,11 +33,11 @@
 // tried and not kept (the scale folded into the dot products, other K
 // prefetch distances): docs/performance.md ("Decode walks: measurements
 // behind the kernel choices").
-#if defined(ATTN_KERNELS_STREAMING_NARROW_Q8_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef ATTN_KERNELS_STREAMING_NARROW_Q8_INL_H_
-#undef ATTN_KERNELS_STREAMING_NARROW_Q8_INL_H_
+#if defined(ATTN_KERNELS_DECODE_Q8_PASSES_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTN_KERNELS_DECODE_Q8_PASSES_INL_H_
+#undef ATTN_KERNELS_DECODE_Q8_PASSES_INL_H_
 #else
-#define ATTN_KERNELS_STREAMING_NARROW_Q8_INL_H_
+#define ATTN_KERNELS_DECODE_Q8_PASSES_INL_H_
 #endif
 
 #include <stddef.h>
@@ -51,6 +50,10 @@
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "kernels/common/convert.h"        // kQ8_0BlockElements, LoadQ8_0Element
+#include "kernels/common/key_rows-inl.h"   // KeyPrefetchDistance, PrefetchRows
+#include "kernels/common/lane_sums-inl.h"  // NarrowKeysPerBlock, SumBlocksOfFour
+#include "kernels/common/microkernels-inl.h"  // DF, VF, IsHiddenWeight
+#include "kernels/common/narrow_state-inl.h"  // NarrowScratch
 #include "kernels/common/vec_array-inl.h"  // ATTN_VEC_ARRAY, ATTN_AT
 #include "kernels/common/widen-inl.h"      // Q8_0Block, Q8_0ScaleVec, LoadQ8_0Ints
 
@@ -198,7 +201,7 @@ HWY_INLINE void NarrowScoreTileQ8_0(const NarrowScratch& scratch, int64_t row0, 
 // within one block). Each V vector is dequantised once per key (a block's
 // scale broadcast once: vectors n with n % (32 / N) == 0 start a block) and
 // shared by the R rows. With kSkipHidden a row whose weight is -0 skips the
-// key (narrow-inl.h's file comment).
+// key (blocks-inl.h's file comment).
 template <int R, int CV, bool kSkipHidden>
 HWY_INLINE void NarrowMixChunkQ8_0(const NarrowScratch& scratch, int64_t row0, int64_t keys,
                                    const uint8_t* HWY_RESTRICT v, int64_t v_step, int64_t c0) {
@@ -278,7 +281,7 @@ HWY_INLINE bool AnyHiddenWeight(const NarrowScratch& scratch, int64_t row0, int6
 }
 
 // o(r) += P·V for one tile of q8_0 V (rows v_step bytes apart): column
-// chunks of CV vectors as narrow-inl.h's NarrowMixTile (dv is a multiple of
+// chunks of CV vectors as blocks-inl.h's NarrowMixTile (dv is a multiple of
 // 32; a scalable vector that does not tile a block takes scalar code).
 template <int R>
 HWY_INLINE void NarrowMixTileQ8_0(const NarrowScratch& scratch, int64_t row0, int64_t keys,

@@ -1,10 +1,10 @@
-// The streaming kernel's narrow path (narrow-inl.h: views of at most half a
+// The narrow path's entry points (walk-inl.h: views of at most half a
 // panel of query rows, i.e. decode and GQA groups), compiled once per
 // target here and called by every kernel that takes it: the streaming and
 // parallel kernels (streaming-inl.h StreamingHead, streaming.cc RunViews)
-// and the bf16 dot-product kernel's one-row views.
+// and the one-row views of the bf16 dot-product and AMX kernels.
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "kernels/streaming/narrow_heads.cc"
+#define HWY_TARGET_INCLUDE "kernels/decode/heads.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include <stdint.h>
@@ -13,7 +13,7 @@
 
 #include "hwy/highway.h"
 #include "kernels/kernel.h"
-#include "kernels/streaming/narrow-inl.h"
+#include "kernels/decode/walk-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
@@ -35,7 +35,7 @@ void NarrowHead(const internal::HeadView& h, const Tiles& tiles, NarrowScratch& 
 // in L2, and a page from memory once. Results are those of NarrowHead on
 // each view (the same operations in the same order per view).
 // Where every view takes the pipelined walk (one row, or in a run groups of
-// 2 and 4 rows: NarrowPipelines), the views go in lockstep instead: a
+// 2 and 4 rows: walk_table.cc), the views go in lockstep instead: a
 // pipelined step of 4 keys of each view before the next step of any, so
 // the run reads 4 whole token rows of K, then of V, at a time, in address
 // order (measured: docs/serving.md, "In lockstep"; docs/performance.md).

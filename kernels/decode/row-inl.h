@@ -1,12 +1,10 @@
 // The narrow path's row walk for one query row (decode: one query per kv
 // head), per Highway target (per-target include guard below): tile t's mix
 // and tile t + 1's scores a key at a time, K row then V row, with the
-// output accumulators in registers for the whole tile. narrow-inl.h
-// includes this file after its building blocks (KeyRowCursor, the lane
-// sums) and takes this walk for views of 1, 2 or 4 rows with d = d_v of
-// 2, 4 or 8 vectors and rows adjacent within each run (NarrowRowWalks,
-// NarrowRowStepExists: q and o fit in registers, d <= 128 on AVX-512);
-// other views take the pipelined or the tiled walk there.
+// output accumulators in registers for the whole tile. The walk table
+// (walk_table.cc "row") gives it views of 1, 2 or 4 rows with d = d_v of
+// 2, 4 or 8 vectors and rows adjacent within each run (q and o fit in
+// registers, d <= 128 on AVX-512); walk-inl.h runs it.
 //
 // Algorithm, per step of four keys: for each key, its K row's dot product
 // with q (one FMA chain over the columns, K read row by row, in address
@@ -15,7 +13,7 @@
 // a score costs a quarter of a horizontal sum. The operations per score
 // and per output column are those of the tiled walk (NarrowScoreBlock,
 // NarrowMixChunk) in the same order, so the results are its bits
-// (tests/narrow_pipeline_test.cc).
+// (tests/decode_walks_test.cc).
 //
 // Memory traffic: K and V read once, as two sequential streams advancing
 // one row each per key; no software prefetch for float32 rows (the
@@ -34,11 +32,11 @@
 // the variants tried for the group walk and not kept: docs/performance.md
 // ("Decode: the read pattern"; "Decode walks: measurements behind the
 // kernel choices").
-#if defined(ATTN_KERNELS_STREAMING_NARROW_ROW_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef ATTN_KERNELS_STREAMING_NARROW_ROW_INL_H_
-#undef ATTN_KERNELS_STREAMING_NARROW_ROW_INL_H_
+#if defined(ATTN_KERNELS_DECODE_ROW_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTN_KERNELS_DECODE_ROW_INL_H_
+#undef ATTN_KERNELS_DECODE_ROW_INL_H_
 #else
-#define ATTN_KERNELS_STREAMING_NARROW_ROW_INL_H_
+#define ATTN_KERNELS_DECODE_ROW_INL_H_
 #endif
 
 #include <stddef.h>
@@ -49,9 +47,11 @@
 
 #include "hwy/cache_control.h"  // Prefetch
 #include "hwy/highway.h"
+#include "kernels/common/convert.h"            // kQ8_0BlockElements, kQ8_0BlockBytes
+#include "kernels/common/key_rows-inl.h"      // KeyRowCursor
+#include "kernels/common/lane_sums-inl.h"     // SumFourPerBlock
 #include "kernels/common/microkernels-inl.h"  // DF, VF, IsHiddenWeight
 #include "kernels/common/vec_array-inl.h"     // ATTN_VEC_ARRAY, ATTN_AT
-#include "kernels/common/convert.h"          // kQ8_0BlockElements, kQ8_0BlockBytes
 #include "kernels/common/widen-inl.h"         // Q8_0Row, LoadRowVector
 
 HWY_BEFORE_NAMESPACE();
@@ -75,7 +75,7 @@ constexpr int64_t kGroupPrefetchBytes = 2048;
 
 // Whether the row walks request rows of T ahead: 16-bit and q8_0 rows, not
 // float32 (kGroupPrefetchBytes). q8_0 reaches only the one-row walk
-// (NarrowRowWalks keeps q8_0 groups on the tiled walk).
+// (the walk table keeps q8_0 groups on the tiled walk).
 template <typename T>
 constexpr bool RowIsRequestedAhead() {
   return std::is_same_v<T, Q8_0Row> || sizeof(T) == 2;
@@ -273,7 +273,7 @@ HWY_INLINE void NarrowRowGroupKeys(bool skip_hidden, const float* const* HWY_RES
 
 // The row walk's step for R rows (1, 2 or 4) and a row of `vectors` (2, 4
 // or 8) vectors: the only sizes instantiated, each costing compile time in
-// every file that includes the narrow path (NarrowRowWalks admits these).
+// every file that includes the narrow path (the walk table admits these).
 template <int R, typename TK, typename TV>
 HWY_INLINE void NarrowRowStep(int64_t vectors, bool skip_hidden,
                               const float* const* HWY_RESTRICT q,
@@ -291,11 +291,6 @@ HWY_INLINE void NarrowRowStep(int64_t vectors, bool skip_hidden,
   if (vectors == 8) return step(std::integral_constant<int, 8>());
   if (vectors == 4) return step(std::integral_constant<int, 4>());
   step(std::integral_constant<int, 2>());
-}
-
-// Whether the row walk has a step for R rows of `vectors` vectors.
-HWY_INLINE bool NarrowRowStepExists(int64_t rows, int64_t vectors) {
-  return (rows == 1 || rows == 2 || rows == 4) && (vectors == 2 || vectors == 4 || vectors == 8);
 }
 
 }  // namespace HWY_NAMESPACE
