@@ -212,6 +212,20 @@ struct ParallelTarget {
   int panel_width;
   void (*run_view)(const HeadView& view, const Tiles& tiles);
 };
+// The streaming kernel's per-view function on the current target
+// (kernels/streaming/streaming.cc), which the parallel kernel spreads over
+// threads.
+ParallelTarget StreamingTarget();
+// The bf16 dot-product kernel's, per instruction layer
+// (kernels/bf16dot/bf16dot.cc): the AMX kernel hands it the narrow views
+// the decode walk table gives the pair walks.
+enum class PairDotLayer {
+  kAvx512Bf16Emulated,  // vdpbf16ps's semantics, portable: every target
+  kAvx512Bf16,          // vdpbf16ps: AVX3 target, CPU with AVX512-BF16
+  kArmBfdotEmulated,    // Arm BFDOT's semantics (round to odd), portable: every target
+  kArmBfdot,            // BFDOT: NEON's kernels on aarch64, CPU with FEAT_BF16
+};
+ParallelTarget Bf16DotTarget(PairDotLayer layer);
 // The parallel kernel over `target`'s per-view function (kernels/parallel/).
 void ParallelAttentionWith(const ParallelTarget& target, const Problem& problem,
                            const RunConfig& config);

@@ -17,7 +17,6 @@
 
 #include "hwy/highway.h"
 #include "kernels/amx/amx.h"
-#include "kernels/bf16dot/bf16dot.h"
 #include "kernels/amx/pack-inl.h"
 #include "kernels/common/amx-inl.h"
 #include "kernels/common/mca_markers.h"

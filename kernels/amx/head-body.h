@@ -129,7 +129,8 @@ HWY_INLINE void AmxPrepareRow(const internal::HeadView& h, float* HWY_RESTRICT s
   const bool modified = h.HasScoreModifiers();
   const float* HWY_RESTRICT m =
       h.mask ? h.mask + row * h.mask_row_stride + j0 * h.mask_col_stride : nullptr;
-  if (m && !modified && h.mask_col_stride == 1) {
+  const bool fused = m && !modified && h.mask_col_stride == 1;
+  if (fused) {
     // Scale and mask in one pass over the row.
     int64_t j = 0;
     for (; j + N <= keys; j += N) {
@@ -142,14 +143,8 @@ HWY_INLINE void AmxPrepareRow(const internal::HeadView& h, float* HWY_RESTRICT s
       hn::Store(hn::Mul(hn::Load(df, s + j), scale), df, s + j);
       ATTN_MCA_END();
     }
-    if (modified) ModifyRow(h, row, j0, keys, s);  // soft-cap, ALiBi
-    if (m) {
-      for (int64_t j = 0; j < keys; ++j) s[j] += m[j * h.mask_col_stride];
-    }
   }
-  const int64_t visible = std::clamp<int64_t>(h.KeyEnd(row) - j0, 0, keys);
-  std::fill(s + visible, s + keys, -std::numeric_limits<float>::infinity());
-  if (modified) WindowRow(h, row, j0, keys, s);
+  PrepareRowScores(h, row, j0, keys, s, /*mask_added=*/fused);  // modifiers-inl.h
 }
 
 // Query row `row` of the view (row g of its group), keys [j0, j0 + keys) of

@@ -167,7 +167,6 @@ HWY_INLINE void Bf16DotHead(const internal::HeadView& h, const Tiles& tiles,
     // Keys outside [the block's first window start, its last visible key)
     // are never read.
     const int64_t key_end = h.VisibleEnd(q0 + rows - 1);
-    const bool modified = h.HasScoreModifiers();
     NonFiniteV bad_v;  // float32 path for a V tile with NaN / Inf
     int64_t hint = 0;
     std::vector<TileRun>& runs = *scratch.runs();
@@ -198,15 +197,7 @@ HWY_INLINE void Bf16DotHead(const internal::HeadView& h, const Tiles& tiles,
           PairScoreTile(scratch.qp(p, h.d), h.d, run.k, h.k_stride,
                         std::min(run.keys, keys - run.at), h.scale, st + run.at * P);
         }
-        if (modified) ModifyPanelTile(h, r0, j0, keys, st);  // soft-cap, ALiBi
-        if (h.mask) {
-          AddMaskTile(h.mask + r0 * h.mask_row_stride + j0 * h.mask_col_stride, h.mask_row_stride,
-                      h.mask_col_stride, panel_rows, keys, st);
-        }
-        if (j0 + keys - 1 > r0 + h.causal_offset) {  // tile crosses the diagonal
-          CausalMaskTile(j0, r0 + h.causal_offset, keys, st);
-        }
-        if (modified) WindowPanel(h, r0, j0, keys, st);
+        PreparePanelScores(h, r0, panel_rows, j0, keys, st);  // modifiers-inl.h
         float* HWY_RESTRICT ot = scratch.ot(p, h.dv);
         if (bad) {
           OnlineSoftmaxTile<true>(st, keys, scratch.stats(p), ot, h.dv);
@@ -221,10 +212,7 @@ HWY_INLINE void Bf16DotHead(const internal::HeadView& h, const Tiles& tiles,
     }
     for (int64_t p = 0; p < panels; ++p) {
       const int64_t r0 = q0 + p * P;
-      FinishPanel(scratch.ot(p, h.dv), scratch.stats(p), std::min(P, h.tq - r0), h.dv,
-                  h.OutRow(r0), h.out_type, h.out_stride,
-                  h.lse ? h.lse + r0 * h.lse_stride : nullptr, h.lse_stride, h.sink,
-                  h.row_sinks ? h.row_sinks + r0 : nullptr);
+      FinishViewPanel(h, r0, scratch.ot(p, h.dv), scratch.stats(p));  // softmax-inl.h
     }
   }
 }

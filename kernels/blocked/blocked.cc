@@ -43,7 +43,6 @@ void BlockedHead(const internal::HeadView& h, const Tiles& tiles, float* HWY_RES
   // reads is checked once here, not once per panel, then v_bad[tile] says
   // which tiles take the slow path.
   const int64_t head_keys = h.VisibleEnd(h.tq - 1);
-  const bool modified = h.HasScoreModifiers();
   bool any_bad = false;
   for (int64_t j0 = 0; j0 < head_keys; j0 += kv_block) {
     const int64_t tile_keys = std::min(kv_block, head_keys - j0);
@@ -65,15 +64,7 @@ void BlockedHead(const internal::HeadView& h, const Tiles& tiles, float* HWY_RES
       float* tile = st + j0 * P;
       const FloatRows k = WidenRows(h.KRow(j0), h.k_type, h.k_stride, tile_keys, h.d, widened);
       ScoreTile(qt, h.d, k.data, k.stride, tile_keys, tile);
-      if (modified) ModifyPanelTile(h, r0, j0, tile_keys, tile);  // soft-cap, ALiBi
-      if (h.mask) {
-        AddMaskTile(h.mask + r0 * h.mask_row_stride + j0 * h.mask_col_stride, h.mask_row_stride,
-                    h.mask_col_stride, rows, tile_keys, tile);
-      }
-      if (j0 + tile_keys - 1 > r0 + h.causal_offset) {
-        CausalMaskTile(j0, r0 + h.causal_offset, tile_keys, tile);
-      }
-      if (modified) WindowPanel(h, r0, j0, tile_keys, tile);
+      PreparePanelScores(h, r0, rows, j0, tile_keys, tile);  // modifiers-inl.h
     }
     if (any_bad) {
       FullSoftmax<true>(st + first * P, keys - first, s);
@@ -89,9 +80,7 @@ void BlockedHead(const internal::HeadView& h, const Tiles& tiles, float* HWY_RES
               ot);
       if (bad) bad_v.AddTo(st + j0 * P, tile_keys, ot);
     }
-    FinishPanel(ot, s, rows, h.dv, h.OutRow(r0), h.out_type, h.out_stride,
-                h.lse ? h.lse + r0 * h.lse_stride : nullptr, h.lse_stride, h.sink,
-                h.row_sinks ? h.row_sinks + r0 : nullptr);
+    FinishViewPanel(h, r0, ot, s);  // softmax-inl.h
   }
 }
 

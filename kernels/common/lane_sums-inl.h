@@ -14,6 +14,7 @@
 
 #include "hwy/highway.h"
 #include "kernels/common/microkernels-inl.h"  // DF, VF
+#include "kernels/common/vec_array-inl.h"     // ATTN_VEC_ARRAY_PARAM, ATTN_AT
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
@@ -88,6 +89,32 @@ HWY_INLINE void SumFourDots(VF d0, VF d1, VF d2, VF d3, int64_t count, float* HW
     float total = 0.0f;
     for (int64_t blk = 0; blk < N / 4; ++blk) total += blocks[blk * 4 + b];
     out[b] = total;
+  }
+#endif
+}
+
+// sums[a] = the sum of acc[a]'s lanes for a < A: sixteen accumulators at a
+// time on AVX-512 (SumBlocksOfFour), four otherwise (SumFourDots); sums
+// has room for A rounded up to 16.
+template <int A>
+HWY_INLINE void SumLanes(ATTN_VEC_ARRAY_PARAM(const VF, acc), float* HWY_RESTRICT sums) {
+  const DF df;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  auto acc_or_zero = [&](int a) { return a < A ? ATTN_AT(acc, a) : hn::Zero(df); };
+  for (int a = 0; a < A; a += 16) {
+    VF w[4];
+    for (int g = 0; g < 4; ++g) {
+      const int b = a + 4 * g;
+      w[g] = SumFourPerBlock(acc_or_zero(b), acc_or_zero(b + 1), acc_or_zero(b + 2),
+                             acc_or_zero(b + 3));
+    }
+    hn::StoreU(SumBlocksOfFour(w[0], w[1], w[2], w[3]), df, sums + a);
+  }
+#else
+  for (int a = 0; a < A; a += 4) {
+    SumFourDots(ATTN_AT(acc, a), a + 1 < A ? ATTN_AT(acc, a + 1) : hn::Zero(df),
+                a + 2 < A ? ATTN_AT(acc, a + 2) : hn::Zero(df),
+                a + 3 < A ? ATTN_AT(acc, a + 3) : hn::Zero(df), 4, sums + a);
   }
 #endif
 }

@@ -190,6 +190,37 @@ HWY_INLINE void WindowRow(const internal::HeadView& h, int64_t row, int64_t key0
   }
 }
 
+// Scores made final, in the one order every kernel follows, which decides
+// what NaN and -inf do: soft-cap and ALiBi, the additive mask (NaN from K
+// plus -inf stays NaN, as in the reference), the causal limit, the window.
+// A panel tile: st[j][0, P) for keys [key0, key0 + keys) of view rows
+// [r0, r0 + rows).
+HWY_INLINE void PreparePanelScores(const internal::HeadView& h, int64_t r0, int64_t rows,
+                                   int64_t key0, int64_t keys, float* HWY_RESTRICT st) {
+  const bool modified = h.HasScoreModifiers();
+  if (modified) ModifyPanelTile(h, r0, key0, keys, st);
+  if (h.mask) {
+    AddMaskTile(h.mask + r0 * h.mask_row_stride + key0 * h.mask_col_stride, h.mask_row_stride,
+                h.mask_col_stride, rows, keys, st);
+  }
+  if (key0 + keys - 1 > r0 + h.causal_offset) CausalMaskTile(key0, r0 + h.causal_offset, keys, st);
+  if (modified) WindowPanel(h, r0, key0, keys, st);
+}
+// One view row's scores s[0, keys) for keys from key0; mask_added: the
+// mask is already in s (a pass that fused it with the scaling).
+HWY_INLINE void PrepareRowScores(const internal::HeadView& h, int64_t row, int64_t key0,
+                                 int64_t keys, float* HWY_RESTRICT s, bool mask_added = false) {
+  const bool modified = h.HasScoreModifiers();
+  if (modified) ModifyRow(h, row, key0, keys, s);
+  if (h.mask && !mask_added) {
+    const float* HWY_RESTRICT m = h.mask + row * h.mask_row_stride + key0 * h.mask_col_stride;
+    for (int64_t j = 0; j < keys; ++j) s[j] += m[j * h.mask_col_stride];
+  }
+  const int64_t visible = std::clamp<int64_t>(h.KeyEnd(row) - key0, 0, keys);
+  std::fill(s + visible, s + keys, -std::numeric_limits<float>::infinity());
+  if (modified) WindowRow(h, row, key0, keys, s);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace attn
 HWY_AFTER_NAMESPACE();

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -31,6 +32,7 @@
 #include "hwy/highway.h"
 #include "kernels/common/microkernels-inl.h"  // DF, VF, PanelWidth, kPanelVectors
 #include "kernels/common/widen-inl.h"          // StoreNarrowed
+#include "kernels/kernel.h"                    // HeadView
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
@@ -369,6 +371,15 @@ HWY_INLINE void FinishPanel(const float* HWY_RESTRICT ot, const PanelStats& s, i
     StoreNarrowed(staging.data() + i * dv, dv,
                   internal::ElementOffset(out, out_type, i * out_stride), out_type);
   }
+}
+
+// The panel of view h whose row 0 is view row r0 (at most P rows, the
+// view's last panel fewer) finished into its output, lse and sinks.
+HWY_INLINE void FinishViewPanel(const internal::HeadView& h, int64_t r0,
+                                const float* HWY_RESTRICT ot, const PanelStats& s) {
+  FinishPanel(ot, s, std::min<int64_t>(int64_t(PanelWidth()), h.tq - r0), h.dv, h.OutRow(r0),
+              h.out_type, h.out_stride, h.lse ? h.lse + r0 * h.lse_stride : nullptr,
+              h.lse_stride, h.sink, h.row_sinks ? h.row_sinks + r0 : nullptr);
 }
 
 }  // namespace HWY_NAMESPACE

@@ -57,26 +57,8 @@ HWY_INLINE void NarrowScoreBlock(const NarrowScratch& scratch, int64_t row0, int
         ATTN_AT(acc, r * KB + b) = hn::MulAdd(ATTN_AT(q, r), kv, ATTN_AT(acc, r * KB + b));
     }
   }
-  // Horizontal sums, four accumulators at a time (sixteen on AVX-512).
   float sums[R * KB + 15];
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  auto acc_or_zero = [&](int a) { return a < R * KB ? ATTN_AT(acc, a) : hn::Zero(df); };
-  for (int a = 0; a < R * KB; a += 16) {
-    VF w[4];
-    for (int g = 0; g < 4; ++g) {
-      const int b = a + 4 * g;
-      w[g] = SumFourPerBlock(acc_or_zero(b), acc_or_zero(b + 1), acc_or_zero(b + 2),
-                             acc_or_zero(b + 3));
-    }
-    hn::StoreU(SumBlocksOfFour(w[0], w[1], w[2], w[3]), df, sums + a);
-  }
-#else
-  for (int a = 0; a < R * KB; a += 4) {
-    SumFourDots(ATTN_AT(acc, a), a + 1 < R * KB ? ATTN_AT(acc, a + 1) : hn::Zero(df),
-                a + 2 < R * KB ? ATTN_AT(acc, a + 2) : hn::Zero(df),
-                a + 3 < R * KB ? ATTN_AT(acc, a + 3) : hn::Zero(df), 4, sums + a);
-  }
-#endif
+  SumLanes<R * KB>(acc, sums);
   for (int r = 0; r < R; ++r) {
     const float* HWY_RESTRICT q = scratch.q(row0 + r);
     for (int b = 0; b < KB; ++b) {
@@ -217,22 +199,9 @@ HWY_INLINE void NarrowMixTile(const NarrowScratch& scratch, int64_t row0, int64_
 HWY_INLINE void NarrowSoftmaxTile(const internal::HeadView& h, NarrowScratch& scratch,
                                   int64_t row0, int64_t rows, int64_t j0, int64_t keys,
                                   NarrowRowStats* HWY_RESTRICT stats) {
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  const bool modified = h.HasScoreModifiers();
   for (int64_t r = row0; r < row0 + rows; ++r) {
     float* HWY_RESTRICT s = scratch.s(r);
-    if (modified) ModifyRow(h, r, j0, keys, s);  // soft-cap, ALiBi
-    if (h.mask) {
-      const float* HWY_RESTRICT m = h.mask + r * h.mask_row_stride + j0 * h.mask_col_stride;
-      for (int64_t j = 0; j < keys; ++j) {
-        // Additive, as in the reference: NaN from K plus -inf stays NaN.
-        s[j] += m[j * h.mask_col_stride];
-      }
-    }
-    // Keys past this row's causal limit.
-    const int64_t visible = std::clamp<int64_t>(h.KeyEnd(r) - j0, 0, keys);
-    for (int64_t j = visible; j < keys; ++j) s[j] = neg_inf;
-    if (modified) WindowRow(h, r, j0, keys, s);
+    PrepareRowScores(h, r, j0, keys, s);  // modifiers-inl.h
     NarrowSoftmaxRow(s, keys, stats[r], scratch.o(r), h.dv);
   }
 }

@@ -46,40 +46,6 @@
 // what is left is the per-key reductions and softmax the two formulations
 // share.
 
-// sums[a] = the sum of acc[a]'s lanes for a < A (16 at a time on AVX-512,
-// four otherwise), as NarrowScoreBlock reduces its accumulators.
-template <int A>
-HWY_INLINE void PairNarrowLaneSums(ATTN_VEC_ARRAY_PARAM(const VPairF, acc),
-                                   float* HWY_RESTRICT sums) {
-  const DPairF df;
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  auto acc_or_zero = [&](int a) { return a < A ? ATTN_AT(acc, a) : hn::Zero(df); };
-  for (int a = 0; a < A; a += 16) {
-    VPairF w[4];
-    for (int g = 0; g < 4; ++g) {
-      const int b = a + 4 * g;
-      w[g] = SumFourPerBlock(acc_or_zero(b), acc_or_zero(b + 1), acc_or_zero(b + 2),
-                             acc_or_zero(b + 3));
-    }
-    hn::StoreU(SumBlocksOfFour(w[0], w[1], w[2], w[3]), df, sums + a);
-  }
-#else
-  const int64_t N = int64_t(hn::Lanes(df));
-  HWY_ALIGN float blocks[hn::MaxLanes(DPairF())];
-  for (int a = 0; a < A; a += 4) {
-    const VPairF w = SumFourPerBlock(ATTN_AT(acc, a), a + 1 < A ? ATTN_AT(acc, a + 1) : hn::Zero(df),
-                                     a + 2 < A ? ATTN_AT(acc, a + 2) : hn::Zero(df),
-                                     a + 3 < A ? ATTN_AT(acc, a + 3) : hn::Zero(df));
-    hn::Store(w, df, blocks);
-    for (int m = 0; m < 4; ++m) {
-      float total = 0.0f;
-      for (int64_t blk = 0; blk < N / 4; ++blk) total += blocks[blk * 4 + m];
-      sums[a + m] = total;
-    }
-  }
-#endif
-}
-
 // Scores of R rows (bf16 pairs at qp, rows qp_stride words apart; their
 // unscaled float32 values in ns.q for the ragged d) against KB keys at k:
 // ns.s(row0 + r)[j + b].
@@ -105,7 +71,7 @@ HWY_INLINE void PairNarrowScoreBlock(const NarrowScratch& ns, const uint32_t* HW
     }
   }
   float sums[R * KB + 15];
-  PairNarrowLaneSums<R * KB>(acc, sums);
+  SumLanes<R * KB>(acc, sums);  // lane_sums-inl.h
   for (int r = 0; r < R; ++r) {
     const float* HWY_RESTRICT qf = ns.q(row0 + r);
     for (int b = 0; b < KB; ++b) {
@@ -290,19 +256,10 @@ HWY_INLINE bool PackNarrowWeightPairs(const float* HWY_RESTRICT s, int64_t keys,
 HWY_INLINE bool PairNarrowWeights(const internal::HeadView& h, NarrowScratch& ns,
                                   Bf16DotScratch& bs, int64_t row0, int64_t rows, int64_t j0,
                                   int64_t keys, NarrowRowStats* HWY_RESTRICT stats) {
-  const float neg_inf = -std::numeric_limits<float>::infinity();
-  const bool modified = h.HasScoreModifiers();
   bool any_hidden = false;
   for (int64_t r = row0; r < row0 + rows; ++r) {
     float* HWY_RESTRICT s = ns.s(r);
-    if (modified) ModifyRow(h, r, j0, keys, s);  // soft-cap, ALiBi
-    if (h.mask) {
-      const float* HWY_RESTRICT m = h.mask + r * h.mask_row_stride + j0 * h.mask_col_stride;
-      for (int64_t j = 0; j < keys; ++j) s[j] += m[j * h.mask_col_stride];
-    }
-    const int64_t visible = std::clamp<int64_t>(h.KeyEnd(r) - j0, 0, keys);
-    for (int64_t j = visible; j < keys; ++j) s[j] = neg_inf;
-    if (modified) WindowRow(h, r, j0, keys, s);
+    PrepareRowScores(h, r, j0, keys, s);  // modifiers-inl.h
     NarrowSoftmaxRow(s, keys, stats[r], ns.o(r), h.dv);
     any_hidden |= PackNarrowWeightPairs(s, keys, bs.narrow_p(r - row0));
   }

@@ -12,53 +12,24 @@
 // Called from inside the caller's own OpenMP parallel region it runs on the
 // calling thread alone instead of oversubscribing.
 //
-// The OpenMP regions live in ordinary code (the HWY_ONCE part below), not
-// in Highway's per-target code: clang outlines a region into a function of
-// its own that does not inherit the target("avx2,...") attribute of the
-// function around it, and then fails to compile the SIMD code inlined into
-// it ("Cannot select: X86ISD::VRNDSCALE"). The per-target part is one
-// function that runs the streaming kernel on one view; the target's copy
-// of it is looked up once per call (one dynamic dispatch), before the
-// parallel loop, and called per work item through that pointer.
-#undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "kernels/parallel/parallel.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-
+// The OpenMP regions live here, in ordinary code, not in Highway's
+// per-target code: clang outlines a region into a function of its own that
+// does not inherit the target("avx2,...") attribute of the function around
+// it, and then fails to compile the SIMD code inlined into it ("Cannot
+// select: X86ISD::VRNDSCALE"). The per-view function is the streaming
+// kernel's (StreamingTarget), looked up once per call (one dynamic
+// dispatch), before the parallel loop, and called per work item.
 #include <omp.h>
 
 #include <algorithm>
-#include <limits>
 #include <exception>
+#include <limits>
 #include <vector>
 
-#include "hwy/highway.h"
 #include "kernels/common/merge.h"
-#include "kernels/common/microkernels-inl.h"
-#include "kernels/common/softmax-inl.h"
 #include "kernels/kernel.h"
-#include "kernels/streaming/streaming-inl.h"
 
-
-HWY_BEFORE_NAMESPACE();
 namespace attn {
-namespace HWY_NAMESPACE {
-
-void StreamingViewImpl(const internal::HeadView& view, const Tiles& tiles) {
-  thread_local StreamingScratch scratch;  // per thread (and target), across calls
-  StreamingHead(view, tiles, scratch);
-}
-
-internal::ParallelTarget ParallelTargetImpl() {
-  return internal::ParallelTarget{int(PanelWidth()), &StreamingViewImpl};
-}
-
-}  // namespace HWY_NAMESPACE
-}  // namespace attn
-HWY_AFTER_NAMESPACE();
-
-#if HWY_ONCE
-namespace attn {
-HWY_EXPORT(ParallelTargetImpl);
 namespace internal {
 namespace {
 
@@ -89,7 +60,7 @@ void KeepFirstException(std::exception_ptr* error, const Body& body) {
 
 void ParallelAttention(const Problem& p, const RunConfig& config) {
   // One dispatch per call: every work item runs the same target's code.
-  ParallelAttentionWith(HWY_DYNAMIC_DISPATCH(ParallelTargetImpl)(), p, config);
+  ParallelAttentionWith(StreamingTarget(), p, config);
 }
 
 void ParallelAttentionWith(const ParallelTarget& target, const Problem& p,
@@ -171,4 +142,3 @@ void ParallelAttentionWith(const ParallelTarget& target, const Problem& p,
 
 }  // namespace internal
 }  // namespace attn
-#endif  // HWY_ONCE

@@ -148,7 +148,6 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
     // Keys outside [the block's first window start, its last visible key)
     // are never read: a sliding window costs O(T·W), not O(T²).
     const int64_t key_end = h.VisibleEnd(q0 + rows - 1);
-    const bool modified = h.HasScoreModifiers();
     NonFiniteV bad_v;  // slow path for NaN / Inf in V (microkernels-inl.h)
     int64_t hint = 0;
     // The next block's Q rows (read by its packing) and output rows
@@ -207,15 +206,7 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
         ScoreTile<0, 1>(qt, h.d, k0, k.stride, both, st);
         ScoreTile(qt, h.d, k0 + both * k.stride, k.stride, last - both, st + both * P);
         ScoreTile<1, 1>(qt, h.d, k0 + last * k.stride, k.stride, keys - last, st + last * P);
-        if (modified) ModifyPanelTile(h, r0, a0, keys, st);  // soft-cap, ALiBi
-        if (h.mask) {
-          AddMaskTile(h.mask + r0 * h.mask_row_stride + a0 * h.mask_col_stride, h.mask_row_stride,
-                      h.mask_col_stride, panel_rows, keys, st);
-        }
-        if (a0 + keys - 1 > r0 + h.causal_offset) {  // tile crosses the diagonal
-          CausalMaskTile(a0, r0 + h.causal_offset, keys, st);
-        }
-        if (modified) WindowPanel(h, r0, a0, keys, st);
+        PreparePanelScores(h, r0, panel_rows, a0, keys, st);  // modifiers-inl.h
         HideVector(1, 0, both, st);
         HideVector(0, last, keys, st);
         if (bad) {
@@ -240,10 +231,7 @@ HWY_INLINE void StreamingHead(const internal::HeadView& h, const Tiles& tiles,
     }
     for (int64_t p = 0; p < panels; ++p) {
       const int64_t r0 = q0 + p * P;
-      FinishPanel(scratch.ot(p, h.dv), scratch.stats(p), std::min(P, h.tq - r0), h.dv,
-                  h.OutRow(r0), h.out_type, h.out_stride,
-                  h.lse ? h.lse + r0 * h.lse_stride : nullptr, h.lse_stride, h.sink,
-                  h.row_sinks ? h.row_sinks + r0 : nullptr);
+      FinishViewPanel(h, r0, scratch.ot(p, h.dv), scratch.stats(p));  // softmax-inl.h
     }
   }
 }

@@ -89,6 +89,15 @@ void StreamingSpansAttentionImpl(const Problem& p, const internal::KeySpan* span
       config.tiles, scratch);
 }
 
+// One view on the calling thread, for the parallel kernel's work items.
+void StreamingViewImpl(const internal::HeadView& view, const Tiles& tiles) {
+  thread_local StreamingScratch scratch;  // per thread (and target), across calls
+  StreamingHead(view, tiles, scratch);
+}
+internal::ParallelTarget StreamingTargetImpl() {
+  return internal::ParallelTarget{int(PanelWidth()), &StreamingViewImpl};
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace attn
 HWY_AFTER_NAMESPACE();
@@ -97,8 +106,10 @@ HWY_AFTER_NAMESPACE();
 namespace attn {
 HWY_EXPORT(StreamingAttentionImpl);
 HWY_EXPORT(StreamingSpansAttentionImpl);
+HWY_EXPORT(StreamingTargetImpl);
 
 namespace internal {
+ParallelTarget StreamingTarget() { return HWY_DYNAMIC_DISPATCH(StreamingTargetImpl)(); }
 void StreamingAttention(const Problem& p, const RunConfig& config) {
   HWY_DYNAMIC_DISPATCH(StreamingAttentionImpl)(p, config);
 }
