@@ -34,6 +34,7 @@ namespace HWY_NAMESPACE {
 
 namespace emulated {
 using Dot = EmulatedBf16Dot;
+ATTN_DEFINE_WITH_TILE_SIZE  // vec_array-inl.h: with this layer's instructions
 constexpr bool kPairRowWalkLayer = true;  // pair_row-body.h: tests the hardware layer's walk
 #include "kernels/decode/pair_blocks-body.h"  // NOLINT: included per layer
 #include "kernels/decode/pair_tiled-body.h"   // NOLINT: included per layer
@@ -44,6 +45,7 @@ constexpr bool kPairRowWalkLayer = true;  // pair_row-body.h: tests the hardware
 
 namespace arm_emulated {
 using Dot = EmulatedArmBfdot;
+ATTN_DEFINE_WITH_TILE_SIZE  // vec_array-inl.h: with this layer's instructions
 constexpr bool kPairRowWalkLayer = false;  // as BFDOT's NEON layer
 #include "kernels/decode/pair_blocks-body.h"  // NOLINT: included per layer
 #include "kernels/decode/pair_tiled-body.h"   // NOLINT: included per layer
@@ -90,6 +92,7 @@ namespace attn {
 namespace HWY_NAMESPACE {
 namespace hardware {
 using Dot = Avx512Bf16Dot;
+ATTN_DEFINE_WITH_TILE_SIZE  // vec_array-inl.h: with this layer's instructions
 constexpr bool kPairRowWalkLayer = true;
 #include "kernels/decode/pair_blocks-body.h"  // NOLINT: included per layer
 #include "kernels/decode/pair_tiled-body.h"   // NOLINT: included per layer
@@ -114,6 +117,7 @@ namespace attn {
 namespace HWY_NAMESPACE {
 namespace arm_hardware {
 using Dot = NeonBfdot;
+ATTN_DEFINE_WITH_TILE_SIZE  // vec_array-inl.h: with this layer's instructions
 constexpr bool kPairRowWalkLayer = false;
 #include "kernels/decode/pair_blocks-body.h"  // NOLINT: included per layer
 #include "kernels/decode/pair_tiled-body.h"   // NOLINT: included per layer

@@ -67,24 +67,15 @@ HWY_INLINE void PairScoreRows(const uint32_t* HWY_RESTRICT qp, int64_t d,
       hn::Store(hn::Mul(ATTN_AT2(acc, r, n), s), df, st + r * P + n * N);
 }
 
-// PairScoreRows<rows> for a run-time rows in [1, R].
-template <int R>
-HWY_INLINE void PairScoreRowsN(int64_t rows, const uint32_t* HWY_RESTRICT qp, int64_t d,
-                               const uint16_t* HWY_RESTRICT k, int64_t k_stride, float scale,
-                               float* HWY_RESTRICT st) {
-  if constexpr (R > 0) {
-    if (rows == R) return PairScoreRows<R>(qp, d, k, k_stride, scale, st);
-    PairScoreRowsN<R - 1>(rows, qp, d, k, k_stride, scale, st);
-  }
-}
-
 // St[j][:] for keys j < keys: the score tile of one panel.
 HWY_INLINE void PairScoreTile(const uint32_t* HWY_RESTRICT qp, int64_t d,
                               const uint16_t* HWY_RESTRICT k, int64_t k_stride, int64_t keys,
                               float scale, float* HWY_RESTRICT st) {
   const int64_t P = int64_t(PanelWidth());
   ForEachRowBlock(keys, [&](int64_t j, int64_t rows) {
-    PairScoreRowsN<kRows>(rows, qp, d, k + j * k_stride, k_stride, scale, st + j * P);
+    WithTileSize<kRows>(rows, [&](auto r) ATTN_INLINE_LAMBDA {
+      PairScoreRows<decltype(r)::value>(qp, d, k + j * k_stride, k_stride, scale, st + j * P);
+    });
   });
 }
 
@@ -119,23 +110,14 @@ HWY_INLINE void PairMixColumns(const uint32_t* HWY_RESTRICT pp, int64_t key_pair
   }
 }
 
-// PairMixColumns<columns> for a run-time columns in [1, R].
-template <int R>
-HWY_INLINE void PairMixColumnsN(int64_t columns, const uint32_t* HWY_RESTRICT pp,
-                                int64_t key_pairs, const uint32_t* HWY_RESTRICT vp, int64_t dv,
-                                float* HWY_RESTRICT ot) {
-  if constexpr (R > 0) {
-    if (columns == R) return PairMixColumns<R>(pp, key_pairs, vp, dv, ot);
-    PairMixColumnsN<R - 1>(columns, pp, key_pairs, vp, dv, ot);
-  }
-}
-
 // Ot[c][:] += Σ_u PairDot(Pp[u][:], Vp[u][c]) for every value column c < dv.
 HWY_INLINE void PairMixTile(const uint32_t* HWY_RESTRICT pp, int64_t key_pairs,
                             const uint32_t* HWY_RESTRICT vp, int64_t dv, float* HWY_RESTRICT ot) {
   const int64_t P = int64_t(PanelWidth());
   ForEachRowBlock(dv, [&](int64_t c, int64_t columns) {
-    PairMixColumnsN<kRows>(columns, pp, key_pairs, vp + c, dv, ot + c * P);
+    WithTileSize<kRows>(columns, [&](auto r) ATTN_INLINE_LAMBDA {
+      PairMixColumns<decltype(r)::value>(pp, key_pairs, vp + c, dv, ot + c * P);
+    });
   });
 }
 

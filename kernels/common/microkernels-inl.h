@@ -173,17 +173,6 @@ HWY_INLINE void ForEachRowBlock(int64_t n, const Block& block) {
   if (first < n) block(first, n - first);
 }
 
-// ScoreRows<rows, V0, NV> for a run-time rows in [1, R].
-template <int R, size_t V0 = 0, size_t NV = kPanelVectors>
-HWY_INLINE void ScoreRowsN(int64_t rows, const float* HWY_RESTRICT qt, int64_t d,
-                           const float* HWY_RESTRICT k, int64_t k_stride,
-                           float* HWY_RESTRICT st) {
-  if constexpr (R > 0) {
-    if (rows == R) return ScoreRows<R, V0, NV>(qt, d, k, k_stride, st);
-    ScoreRowsN<R - 1, V0, NV>(rows, qt, d, k, k_stride, st);
-  }
-}
-
 // St[j][:] for keys j in [0, keys): the score tile of one panel, in the NV
 // panel vectors from V0.
 template <size_t V0 = 0, size_t NV = kPanelVectors>
@@ -192,7 +181,9 @@ HWY_INLINE void ScoreTile(const float* HWY_RESTRICT qt, int64_t d,
                           int64_t keys, float* HWY_RESTRICT st) {
   const int64_t P = int64_t(PanelWidth());
   ForEachRowBlock(keys, [&](int64_t j, int64_t rows) {
-    ScoreRowsN<kRows, V0, NV>(rows, qt, d, k + j * k_stride, k_stride, st + j * P);
+    WithTileSize<kRows>(rows, [&](auto r) ATTN_INLINE_LAMBDA {
+      ScoreRows<decltype(r)::value, V0, NV>(qt, d, k + j * k_stride, k_stride, st + j * P);
+    });
   });
 }
 
@@ -226,17 +217,6 @@ HWY_INLINE void MixColumns(const float* HWY_RESTRICT pt, int64_t keys,
   }
 }
 
-// MixColumns<columns, V0, NV> for a run-time columns in [1, R].
-template <int R, size_t V0 = 0, size_t NV = kPanelVectors>
-HWY_INLINE void MixColumnsN(int64_t columns, const float* HWY_RESTRICT pt, int64_t keys,
-                            const float* HWY_RESTRICT v, int64_t v_stride,
-                            float* HWY_RESTRICT ot) {
-  if constexpr (R > 0) {
-    if (columns == R) return MixColumns<R, V0, NV>(pt, keys, v, v_stride, ot);
-    MixColumnsN<R - 1, V0, NV>(columns, pt, keys, v, v_stride, ot);
-  }
-}
-
 // Ot[c][:] += Σ_j V[j][c] · Pt[j][:] for every value column c < dv, in the
 // NV panel vectors from V0.
 template <size_t V0 = 0, size_t NV = kPanelVectors>
@@ -245,7 +225,9 @@ HWY_INLINE void MixTile(const float* HWY_RESTRICT pt, int64_t keys,
                         float* HWY_RESTRICT ot) {
   const int64_t P = int64_t(PanelWidth());
   ForEachRowBlock(dv, [&](int64_t c, int64_t columns) {
-    MixColumnsN<kRows, V0, NV>(columns, pt, keys, v + c, v_stride, ot + c * P);
+    WithTileSize<kRows>(columns, [&](auto r) ATTN_INLINE_LAMBDA {
+      MixColumns<decltype(r)::value, V0, NV>(pt, keys, v + c, v_stride, ot + c * P);
+    });
   });
 }
 

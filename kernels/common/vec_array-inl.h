@@ -36,6 +36,10 @@
 #define ATTN_KERNELS_COMMON_VEC_ARRAY_INL_H_
 #endif
 
+#include <stdint.h>
+
+#include <type_traits>
+
 #include "hwy/highway.h"
 
 #undef ATTN_VEC_ARRAY
@@ -71,5 +75,35 @@
 #define ATTN_AT(name, i) ((name)[i])
 #define ATTN_AT2(name, r, c) ((name)[r][c])
 #endif
+
+
+#ifndef ATTN_INLINE_LAMBDA
+#define ATTN_INLINE_LAMBDA __attribute__((always_inline))
+// f(std::integral_constant<int, n>()) for a run-time n in [1, Max]: a tile
+// whose size is known only at run time (a ragged last block of rows,
+// columns or vectors) gets the compile-time size its array needs, from
+// the sizes 1 to Max, each instantiated once. f is a lambda declared
+// ATTN_INLINE_LAMBDA, which forwards to the tile's function: left to
+// itself GCC kept such lambdas out of line, a call per tile. A lambda
+// with more instructions than WithTileSize cannot be inlined into it, so
+// each instruction layer (kernels/bf16dot/bf16dot.cc) defines its own copy
+// with ATTN_DEFINE_WITH_TILE_SIZE.
+#define ATTN_DEFINE_WITH_TILE_SIZE                                \
+  template <int Max, class F>                                     \
+  HWY_INLINE void WithTileSize(int64_t n, const F& f) {           \
+    if constexpr (Max > 0) {                                      \
+      if (n == Max) return f(std::integral_constant<int, Max>()); \
+      WithTileSize<Max - 1>(n, f);                                \
+    }                                                             \
+  }
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace attn {
+namespace HWY_NAMESPACE {
+ATTN_DEFINE_WITH_TILE_SIZE
+}  // namespace HWY_NAMESPACE
+}  // namespace attn
+HWY_AFTER_NAMESPACE();
 
 #endif  // per-target include guard

@@ -123,16 +123,6 @@ HWY_INLINE void NarrowMixChunk(float* const* HWY_RESTRICT o, const float* const*
     for (int n = 0; n < CV; ++n) hn::Store(ATTN_AT2(acc, r, n), df, o[r] + c0 + n * N);
 }
 
-template <int R, int CV, bool kSkipHidden, typename TV>
-HWY_INLINE void NarrowMixChunkN(int64_t vectors, float* const* HWY_RESTRICT o,
-                                const float* const* HWY_RESTRICT p, int64_t keys,
-                                const TV* HWY_RESTRICT v, int64_t v_stride, int64_t c0) {
-  if constexpr (CV > 0) {
-    if (vectors == CV) return NarrowMixChunk<R, CV, kSkipHidden>(o, p, keys, v, v_stride, c0);
-    NarrowMixChunkN<R, CV - 1, kSkipHidden>(vectors, o, p, keys, v, v_stride, c0);
-  }
-}
-
 // Vectors of columns a mix pass for R rows: R·CV accumulators + CV V
 // vectors; with 32 registers a 4-row group mixes 4 vectors a pass, so a
 // tile's V rows are loaded (and a 16-bit V widened) half as often as with 2.
@@ -158,11 +148,14 @@ HWY_INLINE void NarrowMixKeys(float* const* HWY_RESTRICT o, const float* const* 
   }
   for (int64_t n0 = 0; n0 < vectors; n0 += CV) {
     const int64_t chunk = std::min<int64_t>(CV, vectors - n0);
-    if (any_hidden) {
-      NarrowMixChunkN<R, CV, true>(chunk, o, p, keys, v, v_stride, n0 * N);
-    } else {
-      NarrowMixChunkN<R, CV, false>(chunk, o, p, keys, v, v_stride, n0 * N);
-    }
+    WithTileSize<CV>(chunk, [&](auto cv) ATTN_INLINE_LAMBDA {
+      constexpr int kVectors = decltype(cv)::value;
+      if (any_hidden) {
+        NarrowMixChunk<R, kVectors, true>(o, p, keys, v, v_stride, n0 * N);
+      } else {
+        NarrowMixChunk<R, kVectors, false>(o, p, keys, v, v_stride, n0 * N);
+      }
+    });
   }
 }
 

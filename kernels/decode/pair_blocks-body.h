@@ -156,19 +156,6 @@ HWY_INLINE void PairNarrowMixChunk(const NarrowScratch& ns, int64_t row0,
   }
 }
 
-template <int R, int C>
-HWY_INLINE void PairNarrowMixChunkN(int64_t chunks, const NarrowScratch& ns, int64_t row0,
-                                    const uint32_t* HWY_RESTRICT pp, int64_t pp_stride,
-                                    int64_t keys, const std::vector<TileRun>& runs,
-                                    int64_t v_stride, int64_t c0) {
-  if constexpr (C > 0) {
-    if (chunks == C) {
-      return PairNarrowMixChunk<R, C>(ns, row0, pp, pp_stride, keys, runs, v_stride, c0);
-    }
-    PairNarrowMixChunkN<R, C - 1>(chunks, ns, row0, pp, pp_stride, keys, runs, v_stride, c0);
-  }
-}
-
 // o(r) += P·V for one tile whose keys every row sees: chunks of 2N columns
 // on pairs, the ragged columns past the last whole chunk in float32 from
 // the unrounded weights.
@@ -182,8 +169,10 @@ HWY_INLINE void PairNarrowMixTile(const NarrowScratch& ns, int64_t row0,
   const int64_t width = 2 * int64_t(hn::Lanes(DPairU()));
   const int64_t chunks = dv / width;
   for (int64_t c = 0; c < chunks; c += C) {
-    PairNarrowMixChunkN<R, C>(std::min<int64_t>(C, chunks - c), ns, row0, pp, pp_stride, keys,
-                              runs, v_stride, c * width);
+    WithTileSize<C>(std::min<int64_t>(C, chunks - c), [&](auto n) ATTN_INLINE_LAMBDA {
+      PairNarrowMixChunk<R, decltype(n)::value>(ns, row0, pp, pp_stride, keys, runs, v_stride,
+                                                c * width);
+    });
   }
   for (int64_t c = chunks * width; c < dv; ++c) {
     for (int r = 0; r < R; ++r) {

@@ -242,18 +242,6 @@ HWY_INLINE void NarrowMixChunkQ8_0(const NarrowScratch& scratch, int64_t row0, i
   }
 }
 
-template <int R, int CV, bool kSkipHidden>
-HWY_INLINE void NarrowMixChunkQ8_0N(int64_t vectors, const NarrowScratch& scratch, int64_t row0,
-                                    int64_t keys, const uint8_t* HWY_RESTRICT v, int64_t v_step,
-                                    int64_t c0) {
-  if constexpr (CV > 0) {
-    if (vectors == CV) {
-      return NarrowMixChunkQ8_0<R, CV, kSkipHidden>(scratch, row0, keys, v, v_step, c0);
-    }
-    NarrowMixChunkQ8_0N<R, CV - 1, kSkipHidden>(vectors, scratch, row0, keys, v, v_step, c0);
-  }
-}
-
 // Whether any of the R rows' weights p(r)[0, keys) is -0 (a key the row
 // cannot see), a vector of weights at a time (the rows are padded to whole
 // vectors; the lanes past `keys` are not looked at).
@@ -306,11 +294,14 @@ HWY_INLINE void NarrowMixTileQ8_0(const NarrowScratch& scratch, int64_t row0, in
   const bool any_hidden = AnyHiddenWeight<R>(scratch, row0, keys);
   for (int64_t n0 = 0; n0 < vectors; n0 += CV) {
     const int64_t chunk = std::min<int64_t>(CV, vectors - n0);
-    if (any_hidden) {
-      NarrowMixChunkQ8_0N<R, CV, true>(chunk, scratch, row0, keys, v, v_step, n0 * N);
-    } else {
-      NarrowMixChunkQ8_0N<R, CV, false>(chunk, scratch, row0, keys, v, v_step, n0 * N);
-    }
+    WithTileSize<CV>(chunk, [&](auto cv) ATTN_INLINE_LAMBDA {
+      constexpr int kVectors = decltype(cv)::value;
+      if (any_hidden) {
+        NarrowMixChunkQ8_0<R, kVectors, true>(scratch, row0, keys, v, v_step, n0 * N);
+      } else {
+        NarrowMixChunkQ8_0<R, kVectors, false>(scratch, row0, keys, v, v_step, n0 * N);
+      }
+    });
   }
 }
 
