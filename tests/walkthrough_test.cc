@@ -323,6 +323,9 @@ TEST(Walkthrough, ExplainToolPrintsThePublishedNumbers) {
   EXPECT_NE(out.find(shares, first + 1), std::string::npos) << "only one sentence has it";
   // Crane's row with the causal mask.
   EXPECT_NE(out.find("crane  |     43%     57%      0%      0%"), std::string::npos) << out;
+  // The kernel auto ran, and the decode walk of the sentence's few rows.
+  EXPECT_NE(out.find("auto ran kernel"), std::string::npos) << out;
+  EXPECT_NE(out.find(", decode walk "), std::string::npos) << out;
   // crane's sense: machine in the first sentence, animal in the second.
   EXPECT_NE(out.find("(0.68, 0.13) is on the machine side"), std::string::npos) << out;
   EXPECT_NE(out.find("(0.13, 0.68) is on the animal side"), std::string::npos) << out;

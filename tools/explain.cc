@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "attn/attn.h"
+#include "attn/tuning.h"  // ExplainChoice
 #include "reference/reference.h"
 #include "tools/walkthrough_data.h"
 
@@ -122,6 +123,11 @@ void ExplainSentence(const Sentence& s, Causal causal) {
 
   const double diff = LibraryVersusReference(sp, st.out);
   PrintMatrix("   attn::attention (float32)", words, kFeatureNames, sp.out.data(), Decimals(3));
+  // What auto ran: a sentence's few query rows are a narrow view, which
+  // takes a decode walk (docs/decode-walks.md).
+  const AutoChoice choice = ExplainChoice(sp.problem);
+  fmt::print("  auto ran kernel {}, {}{}\n", KernelName(choice.kernel), choice.path,
+             choice.decode_walk.empty() ? "" : ", decode walk " + choice.decode_walk);
   PrintAgreement(diff);
 
   const double* w = &st.weights[1 * kWords];
