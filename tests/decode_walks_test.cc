@@ -398,13 +398,13 @@ TEST(DecodeWalks, TheOptionIsCheckedAndExplained) {
   OwnedProblem o = MakeProblem(s);
   std::fill(o.out.begin(), o.out.end(), 7.0f);
   Options options;
-  options.decode_walk = "zigzag";
+  options.decode_walk = "no-such-walk";
   try {
     attention(o.problem, options);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.field(), "decode_walk");
-    EXPECT_EQ(e.value(), "zigzag");
+    EXPECT_EQ(e.value(), "no-such-walk");
   }
   for (float x : o.out) ASSERT_EQ(x, 7.0f);
 

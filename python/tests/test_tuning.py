@@ -67,5 +67,5 @@ def test_a_forced_decode_walk_gives_the_same_bits_and_an_unknown_one_raises():
     for w in ("row", "pipelined", ""):
         assert np.array_equal(out[w], out["tiled"]), w
     with pytest.raises(attn.Error) as e:
-        attn.attention(q, k, v, decode_walk="zigzag")
+        attn.attention(q, k, v, decode_walk="no-such-walk")
     assert "decode_walk" in str(e.value)
