@@ -383,7 +383,8 @@ TEST(DecodeWalks, TheTableTakesEachViewByItsRules) {
   const std::string text = internal::ExplainDecodeWalk(view(2, 64), DecodeWalk::kPipelined);
   EXPECT_EQ(text,
             "tiled (decode_walk pipelined declined: not one row, or a group of 2 or 4 in a run "
-            "of views)");
+            "of views; it takes one row (2 or 4 in a run of views), K and V of one 16- or "
+            "32-bit type: a tile's mix beside the next tile's scores)");
 }
 
 // An unknown walk is an Error naming the field and value, before anything

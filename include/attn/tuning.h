@@ -73,9 +73,9 @@ struct AutoChoice {
   bool dot_product_row = false;
   // The decode walk of the call's narrow views (at most one vector of query
   // rows: decode, GQA groups; docs/decode-walks.md), e.g. "row", or
-  // "tiled (decode_walk row declined: K or V rows are not adjacent)" where
-  // Options::decode_walk named one that declined; "" where the kernel takes
-  // no decode walk (wider views, naive, blocked). Told from the first view.
+  // "tiled (decode_walk row declined: K or V rows are not adjacent; it takes
+  // …)" where Options::decode_walk named one that declined; "" where the
+  // kernel takes no decode walk (wider views, naive, blocked). Told from the first view.
   std::string decode_walk;
 };
 // For a problem of batch * heads = 1 with d_v = d; threads 0 means what

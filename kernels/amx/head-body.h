@@ -144,7 +144,7 @@ HWY_INLINE void AmxPrepareRow(const internal::HeadView& h, float* HWY_RESTRICT s
       ATTN_MCA_END();
     }
   }
-  PrepareRowScores(h, row, j0, keys, s, /*mask_added=*/fused);  // modifiers-inl.h
+  PrepareRowScores(h, modified, row, j0, keys, s, /*mask_added=*/fused);  // modifiers-inl.h
 }
 
 // Query row `row` of the view (row g of its group), keys [j0, j0 + keys) of

@@ -34,119 +34,56 @@ namespace HWY_NAMESPACE {
 
 namespace emulated {
 using Dot = EmulatedBf16Dot;
-ATTN_DEFINE_WITH_TILE_SIZE  // vec_array-inl.h: with this layer's instructions
 constexpr bool kPairRowWalkLayer = true;  // pair_row-body.h: tests the hardware layer's walk
-#include "kernels/decode/pair_blocks-body.h"  // NOLINT: included per layer
-#include "kernels/decode/pair_tiled-body.h"   // NOLINT: included per layer
-#include "kernels/decode/pair_row-body.h"     // NOLINT: included per layer
-#include "kernels/decode/pair_head-body.h"    // NOLINT: included per layer
-#include "kernels/bf16dot/head-body.h"  // NOLINT: included per layer
+#include "kernels/bf16dot/layer-body.h"  // NOLINT: included per layer
 }  // namespace emulated
 
 namespace arm_emulated {
 using Dot = EmulatedArmBfdot;
-ATTN_DEFINE_WITH_TILE_SIZE  // vec_array-inl.h: with this layer's instructions
 constexpr bool kPairRowWalkLayer = false;  // as BFDOT's NEON layer
-#include "kernels/decode/pair_blocks-body.h"  // NOLINT: included per layer
-#include "kernels/decode/pair_tiled-body.h"   // NOLINT: included per layer
-#include "kernels/decode/pair_row-body.h"     // NOLINT: included per layer
-#include "kernels/decode/pair_head-body.h"    // NOLINT: included per layer
-#include "kernels/bf16dot/head-body.h"  // NOLINT: included per layer
+#include "kernels/bf16dot/layer-body.h"  // NOLINT: included per layer
 }  // namespace arm_emulated
-
-void Bf16DotViewEmulated(const internal::HeadView& view, const Tiles& tiles) {
-  thread_local Bf16DotScratch scratch;  // per thread (and target), across calls
-  emulated::Bf16DotHead(view, tiles, scratch);
-}
-
-void Bf16DotViewArmEmulated(const internal::HeadView& view, const Tiles& tiles) {
-  thread_local Bf16DotScratch scratch;
-  arm_emulated::Bf16DotHead(view, tiles, scratch);
-}
-
-#ifndef ATTN_HAVE_ARM_BFDOT
-void Bf16DotViewArm(const internal::HeadView&, const Tiles&) {
-  // Bf16DotTarget (below) runs BFDOT through NEON's copy only.
-  HWY_ABORT("attn: the Arm BFDOT layer is not compiled for target %s",
-            hwy::TargetName(HWY_TARGET));
-}
-#endif  // else defined in the +bf16 region below
-
-#ifndef ATTN_HAVE_AVX512BF16_DOT
-void Bf16DotViewHardware(const internal::HeadView&, const Tiles&) {
-  // dispatch/dot_path.cc offers the hardware path only on AVX3.
-  HWY_ABORT("attn: the AVX512-BF16 layer is not compiled for target %s",
-            hwy::TargetName(HWY_TARGET));
-}
-#endif  // else defined in the avx512bf16 region below (no declaration here:
-        // GCC would take one with other target attributes for an overload)
 
 }  // namespace HWY_NAMESPACE
 }  // namespace attn
 HWY_AFTER_NAMESPACE();
 
-#ifdef ATTN_HAVE_AVX512BF16_DOT
-// The hardware copy, in the avx512bf16 region of bf16dot-inl.h.
-ATTN_BEGIN_AVX512BF16
-namespace attn {
-namespace HWY_NAMESPACE {
-namespace hardware {
-using Dot = Avx512Bf16Dot;
-ATTN_DEFINE_WITH_TILE_SIZE  // vec_array-inl.h: with this layer's instructions
-constexpr bool kPairRowWalkLayer = true;
-#include "kernels/decode/pair_blocks-body.h"  // NOLINT: included per layer
-#include "kernels/decode/pair_tiled-body.h"   // NOLINT: included per layer
-#include "kernels/decode/pair_row-body.h"     // NOLINT: included per layer
-#include "kernels/decode/pair_head-body.h"    // NOLINT: included per layer
-#include "kernels/bf16dot/head-body.h"  // NOLINT: included per layer
-}  // namespace hardware
-
-void Bf16DotViewHardware(const internal::HeadView& view, const Tiles& tiles) {
-  thread_local Bf16DotScratch scratch;
-  hardware::Bf16DotHead(view, tiles, scratch);
-}
-}  // namespace HWY_NAMESPACE
-}  // namespace attn
-HWY_POP_ATTRIBUTES
-#endif
-
-#ifdef ATTN_HAVE_ARM_BFDOT
-// The BFDOT copy, in the +bf16 region of bf16dot-inl.h.
-ATTN_BEGIN_ARM_BF16
-namespace attn {
-namespace HWY_NAMESPACE {
-namespace arm_hardware {
-using Dot = NeonBfdot;
-ATTN_DEFINE_WITH_TILE_SIZE  // vec_array-inl.h: with this layer's instructions
-constexpr bool kPairRowWalkLayer = false;
-#include "kernels/decode/pair_blocks-body.h"  // NOLINT: included per layer
-#include "kernels/decode/pair_tiled-body.h"   // NOLINT: included per layer
-#include "kernels/decode/pair_row-body.h"     // NOLINT: included per layer
-#include "kernels/decode/pair_head-body.h"    // NOLINT: included per layer
-#include "kernels/bf16dot/head-body.h"  // NOLINT: included per layer
-}  // namespace arm_hardware
-
-void Bf16DotViewArm(const internal::HeadView& view, const Tiles& tiles) {
-  thread_local Bf16DotScratch scratch;
-  arm_hardware::Bf16DotHead(view, tiles, scratch);
-}
-}  // namespace HWY_NAMESPACE
-}  // namespace attn
-ATTN_END_ARM_BF16
+#ifdef ATTN_HAVE_HARDWARE_BF16_DOT
+// The hardware copy (vdpbf16ps on AVX3, BFDOT on NEON), in its attribute
+// region of bf16dot-inl.h.
+ATTN_BEGIN_HARDWARE_BF16
+namespace attn::HWY_NAMESPACE::hardware {
+using Dot = HardwareBf16Dot;
+constexpr bool kPairRowWalkLayer = true;  // compiled on AVX3 only (pair_row-body.h)
+#include "kernels/bf16dot/layer-body.h"  // NOLINT: included per layer
+}  // namespace attn::HWY_NAMESPACE::hardware
+ATTN_END_HARDWARE_BF16
 #endif
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
 namespace HWY_NAMESPACE {
 
+// A hardware layer on a target without it: dispatch/dot_path.cc offers
+// vdpbf16ps only on AVX3, and Bf16DotTarget (below) runs BFDOT through
+// NEON's copy only.
+void LayerNotCompiled(const internal::HeadView&, const Tiles&) {
+  HWY_ABORT("attn: this bf16 layer is not compiled for target %s", hwy::TargetName(HWY_TARGET));
+}
+
 internal::ParallelTarget Bf16DotTargetImpl(internal::PairDotLayer layer) {
   using L = internal::PairDotLayer;
-  void (*run)(const internal::HeadView&, const Tiles&) = &Bf16DotViewEmulated;
+  void (*run)(const internal::HeadView&, const Tiles&) = &emulated::LayerView;
   switch (layer) {
-    case L::kAvx512Bf16Emulated: run = &Bf16DotViewEmulated; break;
-    case L::kAvx512Bf16: run = &Bf16DotViewHardware; break;
-    case L::kArmBfdotEmulated: run = &Bf16DotViewArmEmulated; break;
-    case L::kArmBfdot: run = &Bf16DotViewArm; break;
+    case L::kAvx512Bf16Emulated: run = &emulated::LayerView; break;
+    case L::kArmBfdotEmulated: run = &arm_emulated::LayerView; break;
+#ifdef ATTN_HAVE_AVX512BF16_DOT
+    case L::kAvx512Bf16: run = &hardware::LayerView; break;
+#endif
+#ifdef ATTN_HAVE_ARM_BFDOT
+    case L::kArmBfdot: run = &hardware::LayerView; break;
+#endif
+    default: run = &LayerNotCompiled; break;
   }
   return internal::ParallelTarget{int(PanelWidth()), run};
 }

@@ -1,14 +1,14 @@
 // The bf16 dot-product kernel for one head (or a sub-view of rows/keys of
 // one), written once against an instruction layer `Dot` (kernels/common/
-// bf16dot-inl.h: Dot::PairDot). NOT a normal header: bf16dot.cc includes it
-// inside a namespace per layer (emulated:: on every target, hardware:: on
-// AVX3 within the avx512bf16 attribute region), after the headers it uses
-// (bf16dot/pack-inl.h, common/microkernels-inl.h, common/modifiers-inl.h,
-// common/softmax-inl.h, common/widen-inl.h, decode/blocks-inl.h), with
-// `using Dot = ...` in
-// scope. Including the same text twice is what lets the hardware copy be
-// compiled with avx512bf16 enabled while the emulated copy, which CPUs
-// without the instruction run, is compiled without it.
+// bf16dot-inl.h: Dot::PairDot). NOT a normal header: layer-body.h includes
+// it inside a namespace per layer (emulated:: and arm_emulated:: on every
+// target, hardware:: on AVX3 and NEON within the instruction's attribute
+// region), after the headers it uses (bf16dot/pack-inl.h,
+// common/microkernels-inl.h, common/modifiers-inl.h, common/softmax-inl.h,
+// common/widen-inl.h, decode/blocks-inl.h), with `using Dot = ...` in
+// scope. Including the same text per layer is what lets the hardware copy
+// be compiled with its instruction enabled while the emulated copies,
+// which CPUs without the instruction run, are compiled without it.
 //
 // Algorithm, per head: the streaming kernel's (streaming-inl.h: query
 // blocks of whole panels, key tiles, online softmax, causal skipping), with

@@ -257,25 +257,12 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 // GCC's _tile_* macros paste the tile number into their inline assembly,
 // so it must be a literal: one branch per tile, resolved at compile time.
-#define ATTN_AMX_FOR_TILE(T, CALL) \
-  if constexpr (T == 0) {           \
-    CALL(0);                        \
-  } else if constexpr (T == 1) {    \
-    CALL(1);                        \
-  } else if constexpr (T == 2) {    \
-    CALL(2);                        \
-  } else if constexpr (T == 3) {    \
-    CALL(3);                        \
-  } else if constexpr (T == 4) {    \
-    CALL(4);                        \
-  } else if constexpr (T == 5) {    \
-    CALL(5);                        \
-  } else if constexpr (T == 6) {    \
-    CALL(6);                        \
-  } else {                          \
-    static_assert(T == 7, "AMX has tiles 0-7"); \
-    CALL(7);                        \
-  }
+#define ATTN_AMX_FOR_TILE(T, CALL)                                                        \
+  static_assert(T >= 0 && T <= 7, "AMX has tiles 0-7");                                    \
+  if constexpr (T == 0) { CALL(0); } else if constexpr (T == 1) { CALL(1); }               \
+  else if constexpr (T == 2) { CALL(2); } else if constexpr (T == 3) { CALL(3); }          \
+  else if constexpr (T == 4) { CALL(4); } else if constexpr (T == 5) { CALL(5); }          \
+  else if constexpr (T == 6) { CALL(6); } else { CALL(7); }
 struct HardwareAmx {
   static constexpr bool kHardware = true;
   static HWY_INLINE void Configure(const internal::AmxTileConfig& config) {

@@ -24,11 +24,12 @@
 //   product or partial sum that overflows or is subnormal, which attention
 //   never produces on inputs float32 can evaluate (weights are in
 //   [2^-126, 1], ExpNonPositive).
-// - Avx512Bf16Dot (AVX3 target only): _mm512_dpbf16_ps. Its functions are
-//   compiled with the avx512bf16 target attribute, so it is defined only
-//   inside the attribute region that kernels/bf16dot/bf16dot.cc opens for
-//   its hardware kernels, and nothing else may call it: a CPU without
-//   AVX512-BF16 never reaches it (dispatch/dot_path.cc decides).
+// - Avx512Bf16Dot (AVX3 target only; HardwareBf16Dot below):
+//   _mm512_dpbf16_ps. Its functions are compiled with the avx512bf16
+//   target attribute, so it is defined only inside the attribute region
+//   that kernels/bf16dot/bf16dot.cc opens for its hardware kernels, and
+//   nothing else may call it: a CPU without AVX512-BF16 never reaches it
+//   (dispatch/dot_path.cc decides).
 //
 // Arm (FEAT_BF16's BFDOT, with FPCR.EBF = 0 as Linux leaves it):
 //
@@ -46,7 +47,7 @@
 //   away), and RO sets its last bit. tests/bf16dot_layer_test.cc checks it
 //   against a scalar model that adds under fesetround(FE_TOWARDZERO) and
 //   reads FE_INEXACT.
-// - NeonBfdot (NEON target on aarch64 only): vbfdotq_f32, compiled with
+// - NeonBfdot (NEON target on aarch64 only; HardwareBf16Dot below): vbfdotq_f32, compiled with
 //   +bf16 (ATTN_BEGIN_ARM_BF16 ... ATTN_END_ARM_BF16 around it and its
 //   callers); dispatch/dot_path.cc offers it only where getauxval(AT_HWCAP2)
 //   has HWCAP2_BF16. Tested against EmulatedArmBfdot bit for bit under
@@ -151,57 +152,60 @@ struct EmulatedArmBfdot {
 }  // namespace attn
 HWY_AFTER_NAMESPACE();
 
+// The hardware instruction, at most one per target, in a region of its own
+// compiled with the instruction's attributes: only functions in such a
+// region, reached where the CPU has the instruction (dispatch/dot_path.cc),
+// use it, and its callers must be defined in such a region too
+// (ATTN_BEGIN_HARDWARE_BF16 ... ATTN_END_HARDWARE_BF16): neither GCC nor
+// clang inlines it into other code. The region sits at file scope rather
+// than nested in HWY_BEFORE_NAMESPACE's (clang keeps the outer target
+// attribute of nested pushes).
 #if HWY_TARGET == HWY_NEON && HWY_ARCH_ARM_A64 && defined(__GNUC__) && !defined(__clang__)
-// Arm's BFDOT itself, in a region compiled for armv8.2-a with FEAT_BF16
-// (only functions in it, reached where the CPU has FEAT_BF16, use it). As for AVX512-BF16,
-// callers must be defined in such a region too.
+// Arm's BFDOT: GCC's arm_neon.h defines the bf16 intrinsics for
+// armv8.2-a+bf16, and Highway's NEON functions carry +crypto
+// (HWY_TARGET_STR): the region has both, so that either inlines into it.
 #include <arm_neon.h>
 #define ATTN_HAVE_ARM_BFDOT 1
-// GCC's arm_neon.h defines the bf16 intrinsics for armv8.2-a+bf16, and
-// Highway's NEON functions carry +crypto (HWY_TARGET_STR): the region has
-// both, so that either inlines into it.
+#undef ATTN_HAVE_AVX512BF16_DOT
 #define ATTN_BEGIN_ARM_BF16 \
   _Pragma("GCC push_options") _Pragma("GCC target(\"arch=armv8.2-a+crypto+bf16\")")
 #define ATTN_END_ARM_BF16 _Pragma("GCC pop_options")
-ATTN_BEGIN_ARM_BF16
-namespace attn {
-namespace HWY_NAMESPACE {
-struct NeonBfdot {
-  static constexpr bool kHardware = true;
-  static HWY_INLINE VPairF PairDot(VPairF acc, VPairU a, VPairU b) {
-    return VPairF{vbfdotq_f32(acc.raw, vreinterpretq_bf16_u32(a.raw), vreinterpretq_bf16_u32(b.raw))};
-  }
-};
-}  // namespace HWY_NAMESPACE
-}  // namespace attn
-ATTN_END_ARM_BF16
+#define ATTN_BEGIN_HARDWARE_BF16 ATTN_BEGIN_ARM_BF16
+#define ATTN_END_HARDWARE_BF16 ATTN_END_ARM_BF16
+#define ATTN_HARDWARE_PAIR_DOT(acc, a, b) \
+  vbfdotq_f32(acc, vreinterpretq_bf16_u32(a), vreinterpretq_bf16_u32(b))
+#elif HWY_TARGET == HWY_AVX3
+// x86's vdpbf16ps: the AVX3 target's attributes plus avx512bf16.
+#define ATTN_HAVE_AVX512BF16_DOT 1
+#undef ATTN_HAVE_ARM_BFDOT
+#define ATTN_BEGIN_AVX512BF16 HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512bf16")
+#define ATTN_BEGIN_HARDWARE_BF16 ATTN_BEGIN_AVX512BF16
+#define ATTN_END_HARDWARE_BF16 HWY_POP_ATTRIBUTES
+#define ATTN_HARDWARE_PAIR_DOT(acc, a, b) _mm512_dpbf16_ps(acc, (__m512bh)(a), (__m512bh)(b))
 #else
 #undef ATTN_HAVE_ARM_BFDOT
+#undef ATTN_HAVE_AVX512BF16_DOT
 #endif
 
-#if HWY_TARGET == HWY_AVX3
-// The one piece of this file no CPU without AVX512-BF16 may run. It lives
-// in a region of its own with the AVX3 target's attributes plus avx512bf16,
-// at file scope rather than nested in HWY_BEFORE_NAMESPACE's region (clang
-// keeps the outer target attribute of nested pushes). Callers must be
-// defined in such a region too (ATTN_BEGIN_AVX512BF16 ... HWY_POP_ATTRIBUTES):
-// neither GCC nor clang inlines an avx512bf16 function into other code.
-#define ATTN_HAVE_AVX512BF16_DOT 1
-#define ATTN_BEGIN_AVX512BF16 HWY_PUSH_ATTRIBUTES(HWY_TARGET_STR ",avx512bf16")
-ATTN_BEGIN_AVX512BF16
-namespace attn {
-namespace HWY_NAMESPACE {
-struct Avx512Bf16Dot {
+#if defined(ATTN_HAVE_ARM_BFDOT) || defined(ATTN_HAVE_AVX512BF16_DOT)
+#define ATTN_HAVE_HARDWARE_BF16_DOT 1
+ATTN_BEGIN_HARDWARE_BF16
+namespace attn::HWY_NAMESPACE {
+struct HardwareBf16Dot {
   static constexpr bool kHardware = true;
   static HWY_INLINE VPairF PairDot(VPairF acc, VPairU a, VPairU b) {
-    return VPairF{_mm512_dpbf16_ps(acc.raw, (__m512bh)a.raw, (__m512bh)b.raw)};
+    return VPairF{ATTN_HARDWARE_PAIR_DOT(acc.raw, a.raw, b.raw)};
   }
 };
-}  // namespace HWY_NAMESPACE
-}  // namespace attn
-HWY_POP_ATTRIBUTES
+#ifdef ATTN_HAVE_AVX512BF16_DOT
+using Avx512Bf16Dot = HardwareBf16Dot;
 #else
-#undef ATTN_HAVE_AVX512BF16_DOT
+using NeonBfdot = HardwareBf16Dot;
+#endif
+}  // namespace attn::HWY_NAMESPACE
+ATTN_END_HARDWARE_BF16
+#else
+#undef ATTN_HAVE_HARDWARE_BF16_DOT
 #endif
 
 #endif  // per-target include guard

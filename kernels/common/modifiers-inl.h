@@ -206,11 +206,13 @@ HWY_INLINE void PreparePanelScores(const internal::HeadView& h, int64_t r0, int6
   if (key0 + keys - 1 > r0 + h.causal_offset) CausalMaskTile(key0, r0 + h.causal_offset, keys, st);
   if (modified) WindowPanel(h, r0, key0, keys, st);
 }
-// One view row's scores s[0, keys) for keys from key0; mask_added: the
-// mask is already in s (a pass that fused it with the scaling).
-HWY_INLINE void PrepareRowScores(const internal::HeadView& h, int64_t row, int64_t key0,
-                                 int64_t keys, float* HWY_RESTRICT s, bool mask_added = false) {
-  const bool modified = h.HasScoreModifiers();
+// One view row's scores s[0, keys) for keys from key0. modified:
+// h.HasScoreModifiers(), read once by the caller for all its rows;
+// mask_added: the mask is already in s (a pass that fused it with the
+// scaling).
+HWY_INLINE void PrepareRowScores(const internal::HeadView& h, bool modified, int64_t row,
+                                 int64_t key0, int64_t keys, float* HWY_RESTRICT s,
+                                 bool mask_added = false) {
   if (modified) ModifyRow(h, row, key0, keys, s);
   if (h.mask && !mask_added) {
     const float* HWY_RESTRICT m = h.mask + row * h.mask_row_stride + key0 * h.mask_col_stride;

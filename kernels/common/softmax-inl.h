@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "attn/attn.h"  // DType
@@ -38,6 +39,20 @@ HWY_BEFORE_NAMESPACE();
 namespace attn {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+
+// c[0]·x^(K-1) + c[1]·x^(K-2) + ... + c[K-1] by Horner's rule, one MulAdd a
+// coefficient, unrolled at compile time.
+template <size_t K, size_t... I>
+HWY_INLINE VF HornerSteps(VF x, const float (&c)[K], std::index_sequence<I...>) {
+  const DF df;
+  VF p = hn::Set(df, c[0]);
+  ((p = hn::MulAdd(p, x, hn::Set(df, c[I + 1]))), ...);
+  return p;
+}
+template <size_t K>
+HWY_INLINE VF Horner(VF x, const float (&c)[K]) {
+  return HornerSteps(x, c, std::make_index_sequence<K - 1>());
+}
 
 // e^x for the softmax's x = s - max <= 0 (also -inf, and NaN, for which it
 // returns garbage that the NaN flag overrides). Highway's hn::Exp handles
@@ -53,14 +68,11 @@ HWY_INLINE VF ExpNonPositive(VF x) {
   const VF x2 = hn::Mul(x, hn::Set(df, 1.44269504088896341f));
   const VF n = hn::Round(x2);
   const VF f = hn::Sub(x2, n);
-  VF p = hn::Set(df, 1.525273380405984e-05f);
-  p = hn::MulAdd(p, f, hn::Set(df, 1.5403530393381606e-04f));
-  p = hn::MulAdd(p, f, hn::Set(df, 1.3333558146428443e-03f));
-  p = hn::MulAdd(p, f, hn::Set(df, 9.618129107628477e-03f));
-  p = hn::MulAdd(p, f, hn::Set(df, 5.550410866482158e-02f));
-  p = hn::MulAdd(p, f, hn::Set(df, 2.402265069591007e-01f));
-  p = hn::MulAdd(p, f, hn::Set(df, 6.931471805599453e-01f));
-  p = hn::MulAdd(p, f, hn::Set(df, 1.0f));
+  static constexpr float kTaylor[] = {
+      1.525273380405984e-05f,  1.5403530393381606e-04f, 1.3333558146428443e-03f,
+      9.618129107628477e-03f,  5.550410866482158e-02f,  2.402265069591007e-01f,
+      6.931471805599453e-01f,  1.0f};
+  const VF p = Horner(f, kTaylor);
   // 2^n for n >= -126 is a normal float: exponent field n + 127.
   const auto exponent = hn::Add(hn::ConvertTo(di, hn::Max(n, hn::Set(df, -126.0f))),
                                 hn::Set(di, 127));
@@ -85,12 +97,10 @@ HWY_INLINE VF Exp2Weight(VF x) {
   const VF t = hn::Add(x, magic);
   const VF n = hn::Sub(t, magic);
   const VF f = hn::Sub(x, n);
-  VF p = hn::Set(df, 1.2915660627186298e-03f);
-  p = hn::MulAdd(p, f, hn::Set(df, 9.668532758951187e-03f));
-  p = hn::MulAdd(p, f, hn::Set(df, 5.5516887456178665e-02f));
-  p = hn::MulAdd(p, f, hn::Set(df, 2.4022264778614044e-01f));
-  p = hn::MulAdd(p, f, hn::Set(df, 6.931464672088623e-01f));
-  p = hn::MulAdd(p, f, hn::Set(df, 1.0f));
+  static constexpr float kFit[] = {1.2915660627186298e-03f, 9.668532758951187e-03f,
+                                   5.5516887456178665e-02f, 2.4022264778614044e-01f,
+                                   6.931464672088623e-01f,  1.0f};
+  const VF p = Horner(f, kFit);
 #if HWY_TARGET <= HWY_AVX3 && HWY_ARCH_X86
   (void)di;
   // Lanes with x < -126 (-inf too) zeroed by the mask rather than computed:

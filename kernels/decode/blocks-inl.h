@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "hwy/highway.h"
 #include "kernels/common/key_rows-inl.h"      // KeyPrefetcher, PrefetchRows
@@ -131,6 +132,23 @@ constexpr int NarrowMixVectors() {
   return kNarrowWideRegisters ? (R == 1 ? 8 : R == 2 ? 8 : 4) : (R == 1 ? 8 : R == 2 ? 4 : 2);
 }
 
+// Calls mix(first_vector, vectors, skip_hidden) for [0, vectors) in chunks of
+// at most CV vectors, the last two as std::integral_constant: each chunk's
+// accumulators get a compile-time count, and tiles without hidden weights
+// skip the test.
+template <int CV, class Mix>
+HWY_INLINE void ForEachMixChunk(int64_t vectors, bool any_hidden, const Mix& mix) {
+  for (int64_t n0 = 0; n0 < vectors; n0 += CV) {
+    WithTileSize<CV>(std::min<int64_t>(CV, vectors - n0), [&](auto cv) ATTN_INLINE_LAMBDA {
+      if (any_hidden) {
+        mix(n0, cv, std::true_type());
+      } else {
+        mix(n0, cv, std::false_type());
+      }
+    });
+  }
+}
+
 // o[r] += Σ_{j < keys} p[r][j]·V_j over the whole vectors of V's columns
 // (`vectors` of them), in column chunks of NarrowMixVectors<R>() vectors:
 // per column the fused multiply-adds of the keys in order, hidden weights
@@ -146,17 +164,9 @@ HWY_INLINE void NarrowMixKeys(float* const* HWY_RESTRICT o, const float* const* 
   for (int r = 0; r < R; ++r) {
     for (int64_t j = 0; j < keys; ++j) any_hidden |= IsHiddenWeight(p[r][j]);
   }
-  for (int64_t n0 = 0; n0 < vectors; n0 += CV) {
-    const int64_t chunk = std::min<int64_t>(CV, vectors - n0);
-    WithTileSize<CV>(chunk, [&](auto cv) ATTN_INLINE_LAMBDA {
-      constexpr int kVectors = decltype(cv)::value;
-      if (any_hidden) {
-        NarrowMixChunk<R, kVectors, true>(o, p, keys, v, v_stride, n0 * N);
-      } else {
-        NarrowMixChunk<R, kVectors, false>(o, p, keys, v, v_stride, n0 * N);
-      }
-    });
-  }
+  ForEachMixChunk<CV>(vectors, any_hidden, [&](int64_t n0, auto cv, auto skip) ATTN_INLINE_LAMBDA {
+    NarrowMixChunk<R, decltype(cv)::value, decltype(skip)::value>(o, p, keys, v, v_stride, n0 * N);
+  });
 }
 
 // o(r) += P·V for one tile: NarrowMixKeys over the whole vectors of
@@ -192,9 +202,10 @@ HWY_INLINE void NarrowMixTile(const NarrowScratch& scratch, int64_t row0, int64_
 HWY_INLINE void NarrowSoftmaxTile(const internal::HeadView& h, NarrowScratch& scratch,
                                   int64_t row0, int64_t rows, int64_t j0, int64_t keys,
                                   NarrowRowStats* HWY_RESTRICT stats) {
+  const bool modified = h.HasScoreModifiers();
   for (int64_t r = row0; r < row0 + rows; ++r) {
     float* HWY_RESTRICT s = scratch.s(r);
-    PrepareRowScores(h, r, j0, keys, s);  // modifiers-inl.h
+    PrepareRowScores(h, modified, r, j0, keys, s);  // modifiers-inl.h
     NarrowSoftmaxRow(s, keys, stats[r], scratch.o(r), h.dv);
   }
 }

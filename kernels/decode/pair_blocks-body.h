@@ -1,6 +1,6 @@
 // The bf16 dot-product decode walks' building blocks, written once against
 // an instruction layer `Dot` (kernels/common/bf16dot-inl.h: Dot::PairDot).
-// NOT a normal header: bf16dot.cc includes it per layer, before
+// NOT a normal header: bf16dot/layer-body.h includes it per layer, before
 // pair_tiled-body.h, pair_row-body.h and pair_head-body.h, after
 // kernels/decode/blocks-inl.h, whose scratch, softmax step and float32 mix
 // it shares.
@@ -246,9 +246,10 @@ HWY_INLINE bool PairNarrowWeights(const internal::HeadView& h, NarrowScratch& ns
                                   Bf16DotScratch& bs, int64_t row0, int64_t rows, int64_t j0,
                                   int64_t keys, NarrowRowStats* HWY_RESTRICT stats) {
   bool any_hidden = false;
+  const bool modified = h.HasScoreModifiers();
   for (int64_t r = row0; r < row0 + rows; ++r) {
     float* HWY_RESTRICT s = ns.s(r);
-    PrepareRowScores(h, r, j0, keys, s);  // modifiers-inl.h
+    PrepareRowScores(h, modified, r, j0, keys, s);  // modifiers-inl.h
     NarrowSoftmaxRow(s, keys, stats[r], ns.o(r), h.dv);
     any_hidden |= PackNarrowWeightPairs(s, keys, bs.narrow_p(r - row0));
   }

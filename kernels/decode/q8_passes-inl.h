@@ -56,6 +56,7 @@
 #include "kernels/common/narrow_state-inl.h"  // NarrowScratch
 #include "kernels/common/vec_array-inl.h"  // ATTN_VEC_ARRAY, ATTN_AT
 #include "kernels/common/widen-inl.h"      // Q8_0Block, Q8_0ScaleVec, LoadQ8_0Ints
+#include "kernels/decode/blocks-inl.h"       // NarrowMixVectors, ForEachMixChunk
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
@@ -274,8 +275,7 @@ HWY_INLINE bool AnyHiddenWeight(const NarrowScratch& scratch, int64_t row0, int6
 template <int R>
 HWY_INLINE void NarrowMixTileQ8_0(const NarrowScratch& scratch, int64_t row0, int64_t keys,
                                   const uint8_t* HWY_RESTRICT v, int64_t v_step, int64_t dv) {
-  constexpr int CV = kNarrowWideRegisters ? (R == 1 ? 8 : R == 2 ? 8 : 4)
-                                          : (R == 1 ? 8 : R == 2 ? 4 : 2);
+  constexpr int CV = NarrowMixVectors<R>();
   const int64_t N = int64_t(hn::Lanes(DF()));
   if (!Q8_0VectorsTileBlocks(DF())) {
     for (int64_t c = 0; c < dv; ++c) {
@@ -292,17 +292,10 @@ HWY_INLINE void NarrowMixTileQ8_0(const NarrowScratch& scratch, int64_t row0, in
   }
   const int64_t vectors = dv / N;
   const bool any_hidden = AnyHiddenWeight<R>(scratch, row0, keys);
-  for (int64_t n0 = 0; n0 < vectors; n0 += CV) {
-    const int64_t chunk = std::min<int64_t>(CV, vectors - n0);
-    WithTileSize<CV>(chunk, [&](auto cv) ATTN_INLINE_LAMBDA {
-      constexpr int kVectors = decltype(cv)::value;
-      if (any_hidden) {
-        NarrowMixChunkQ8_0<R, kVectors, true>(scratch, row0, keys, v, v_step, n0 * N);
-      } else {
-        NarrowMixChunkQ8_0<R, kVectors, false>(scratch, row0, keys, v, v_step, n0 * N);
-      }
-    });
-  }
+  ForEachMixChunk<CV>(vectors, any_hidden, [&](int64_t n0, auto cv, auto skip) ATTN_INLINE_LAMBDA {
+    NarrowMixChunkQ8_0<R, decltype(cv)::value, decltype(skip)::value>(scratch, row0, keys, v,
+                                                                      v_step, n0 * N);
+  });
 }
 
 }  // namespace HWY_NAMESPACE

@@ -140,7 +140,8 @@ std::string ExplainDecodeWalk(const DecodeView& view, DecodeWalk forced) {
   if (forced != DecodeWalk::kAuto && forced != walk) {
     for (const DecodeWalkRow& row : DecodeWalks()) {
       if (row.walk == forced) {
-        text += std::string(" (decode_walk ") + row.name + " declined: " + row.declines(view) + ")";
+        text += std::string(" (decode_walk ") + row.name + " declined: " + row.declines(view) +
+                "; it takes " + row.takes + ")";
       }
     }
   }

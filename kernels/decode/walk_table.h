@@ -39,7 +39,7 @@ DecodeView DescribeDecodeView(const HeadView& h, int64_t float_lanes, DecodeProd
 struct DecodeWalkRow {
   DecodeWalk walk;
   const char* name;   // Options::decode_walk's value
-  const char* takes;  // one line: the views it takes
+  const char* takes;  // one line: the views it takes (in a declined walk's explanation)
   // nullptr when the walk takes the view, else why not (a fixed sentence:
   // choosing allocates nothing).
   const char* (*declines)(const DecodeView& view);
