@@ -3,7 +3,7 @@
 # kernel. Not run by .ci/run (each builds the library once more); see
 # docs/reliability.md.
 #
-#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|amxrescale|amxprepared|amxoverflow|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|rowonepass|stepped|pairrow|paironepass] [--keep]  (default: tail)
+#   .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|amxrescale|amxprepared|amxoverflow|narrowsum|modifier|split|q8|q4|heads|diag|pipeline|rowwalk|rowgroup|rowonepass|stepped|pairrow|paironepass] [--keep]  (default: tail)
 #
 # tail    .ci/planted/tail-off-by-one.patch (issue 7): the tail block of
 #         ForEachRowBlock (kernels/common/microkernels-inl.h) gets one row
@@ -75,10 +75,16 @@
 #         hiding that key from the second vector's rows. Release build;
 #         tests/modifiers_test must fail.
 # q8      .ci/planted/q8-scale-neighbour.patch (issue 24): the decode
-#         (narrow) path's q8_0 score pass (kernels/decode/q8_passes-inl.h)
-#         applies each K block's scale to the row's next block. Release
-#         build; tests/q8_test (Q8Kernels, every target) must fail on the
-#         decode shapes with d >= 64.
+#         (narrow) path's score pass over blocks
+#         (kernels/decode/quant_passes-inl.h) applies each K block's scale
+#         to the row's next block. Release build; tests/quant_kv_test
+#         (BlockKernels, every target) must fail on the decode shapes with
+#         d >= 64.
+# q4      .ci/planted/q4-nibble-halves-swapped.patch (issue 57): q4_0's
+#         vector decode (Q4_0Format::Ints, kernels/common/widen-inl.h)
+#         reads elements 0-15 from the high nibbles and 16-31 from the low.
+#         Release build; tests/quant_kv_test (BlockKernels, every target)
+#         must fail on the q4_0 shapes.
 # heads   .ci/planted/heads-v-offset-dropped.patch (issue 26): the span
 #         entry points' views (WithSpans, kernels/kernel.cc: the streaming,
 #         bf16 dot-product and AMX kernels) give every kv head's view kv
@@ -147,8 +153,8 @@ keep=0
 for arg in "$@"; do
   case "$arg" in
     --keep) keep=1 ;;
-    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|amxrescale|amxprepared|amxoverflow|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|rowonepass|stepped|pairrow|paironepass) case=$arg ;;
-    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|amxrescale|amxprepared|amxoverflow|narrowsum|modifier|split|q8|heads|diag|pipeline|rowwalk|rowgroup|rowonepass|stepped|pairrow|paironepass] [--keep]" >&2; exit 2 ;;
+    tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|amxrescale|amxprepared|amxoverflow|narrowsum|modifier|split|q8|q4|heads|diag|pipeline|rowwalk|rowgroup|rowonepass|stepped|pairrow|paironepass) case=$arg ;;
+    *) echo "usage: .ci/planted_bug.sh [tail|memory|dtype|arm|vnni|bf16edge|amxvnni|amxedge|amxrescale|amxprepared|amxoverflow|narrowsum|modifier|split|q8|q4|heads|diag|pipeline|rowwalk|rowgroup|rowonepass|stepped|pairrow|paironepass] [--keep]" >&2; exit 2 ;;
   esac
 done
 configure=(-DCMAKE_BUILD_TYPE=Release)  # the README's build, unless the case says otherwise
@@ -174,7 +180,8 @@ case "$case" in
   narrowsum) patch=.ci/planted/narrow-reduction-swapped.patch test=kernels_test filter='Shapes/KernelsTest.*' ;;
   modifier) patch=.ci/planted/window-off-by-one.patch test=modifiers_test filter='Modifiers.EveryKernelAndTargetIsWithinTheNaiveBound' ;;
   split) patch=.ci/planted/panel-split-off-by-one.patch test=modifiers_test filter='Modifiers.EveryKernelAndTargetIsWithinTheNaiveBound' ;;
-  q8) patch=.ci/planted/q8-scale-neighbour.patch test=q8_test filter='Combos/Q8Kernels.*' ;;
+  q8) patch=.ci/planted/q8-scale-neighbour.patch test=quant_kv_test filter='Combos/BlockKernels.*' ;;
+  q4) patch=.ci/planted/q4-nibble-halves-swapped.patch test=quant_kv_test filter='Combos/BlockKernels.*' ;;
   heads) patch=.ci/planted/heads-v-offset-dropped.patch test=paged_test filter='Cases/PagedTest.*:Paged.TokenMajor*' ;;
   diag) patch=.ci/planted/diag-shift-dropped.patch test=varlen_test filter='Cases/VarlenTest.*' ;;
   pipeline) patch=.ci/planted/pipeline-last-key-dropped.patch test=kernels_test filter='Shapes/KernelsTest.*' ;;

@@ -117,7 +117,7 @@ struct Case {
     return causal ? 0.5 * f : f;
   }
   // Bytes of K and V a decode step must read at least once: kv_heads·T_k·(d + d_v)
-  // elements of K/V's type: 4 or 2 bytes, or 34 per 32 for q8_0 (its scales
+  // elements of K/V's type: 4 or 2 bytes, or 34 (q8_0) or 18 (q4_0) per 32 (its scales
   // included; 0 for other kinds: no GBps counter).
   double KvBytes() const {
     return kind == Kind::kDecode
@@ -287,9 +287,13 @@ class Buffer {
       f32_ = std::move(x);
       return;
     }
-    if (type == attn::DType::kQ8_0) {
+    if (type == attn::DType::kQ8_0 || type == attn::DType::kQ4_0) {
       blocks_.resize(size_t(attn::DTypeBytes(type, int64_t(n))));
-      attn::QuantizeQ8_0(x.data(), int64_t(n), blocks_.data());
+      if (type == attn::DType::kQ8_0) {
+        attn::QuantizeQ8_0(x.data(), int64_t(n), blocks_.data());
+      } else {
+        attn::QuantizeQ4_0(x.data(), int64_t(n), blocks_.data());
+      }
       return;
     }
     bits_.resize(n);
@@ -298,7 +302,7 @@ class Buffer {
     }
   }
   void* data() {
-    if (type_ == attn::DType::kQ8_0) return blocks_.data();
+    if (!blocks_.empty()) return blocks_.data();
     return type_ == attn::DType::kF32 ? static_cast<void*>(f32_.data()) : bits_.data();
   }
   float* f32() { return f32_.data(); }  // float32 buffers only (the blas rows)
@@ -310,7 +314,7 @@ class Buffer {
   std::vector<uint8_t> blocks_;
 };
 
-// q8_0 rows: what quantising K and V costs against float32 K/V of the same
+// q8_0 and q4_0 rows (counters q4_* for q4_0): what quantising K and V costs against float32 K/V of the same
 // values (the Buffer seeds of RunCase), measured once before the timed loop
 // on the row's own shape and kernel: rms and max |out(q8_0) - out(f32)| over
 // the outputs, as counters q8_rms_err and q8_max_err, and the rms relative
@@ -318,6 +322,8 @@ class Buffer {
 void SetQuantisationError(benchmark::State& state, const attn::Problem& q8_problem,
                           const attn::Options& options, const std::vector<float>& q8_out,
                           int64_t k_elements) {
+  // Counters q8_* for a q8_0 cache, q4_* for q4_0.
+  const std::string prefix = q8_problem.k.dtype == attn::DType::kQ4_0 ? "q4" : "q8";
   Buffer k32(attn::DType::kF32, size_t(k_elements), 2), v32(attn::DType::kF32, size_t(k_elements), 3);
   std::vector<float> out32(q8_out.size());
   attn::Problem p = q8_problem;
@@ -332,10 +338,12 @@ void SetQuantisationError(benchmark::State& state, const attn::Problem& q8_probl
     out2 += double(out32[i]) * double(out32[i]);
     max_err = std::max(max_err, std::fabs(e));
   }
-  state.counters["q8_rms_err"] = benchmark::Counter(std::sqrt(sum2 / double(out32.size())));
-  state.counters["q8_max_err"] = benchmark::Counter(max_err);
+  state.counters[prefix + "_rms_err"] = benchmark::Counter(std::sqrt(sum2 / double(out32.size())));
+  state.counters[prefix + "_max_err"] = benchmark::Counter(max_err);
   // Relative to the output's own rms (an average of many V rows is small).
-  if (out2 > 0.0) state.counters["q8_rel_rms_err"] = benchmark::Counter(std::sqrt(sum2 / out2));
+  if (out2 > 0.0) {
+    state.counters[prefix + "_rel_rms_err"] = benchmark::Counter(std::sqrt(sum2 / out2));
+  }
 }
 
 void RunCase(benchmark::State& state, const Case& c) {
@@ -414,7 +422,7 @@ void RunCase(benchmark::State& state, const Case& c) {
     bool forced;
   } dot_path_scope(c.dot_path);
 
-  if (c.kv == attn::DType::kQ8_0 && c.qo == attn::DType::kF32) {
+  if ((c.kv == attn::DType::kQ8_0 || c.kv == attn::DType::kQ4_0) && c.qo == attn::DType::kF32) {
     try {
       attn::attention(p, options);
       const float* o = static_cast<const float*>(out.data());
@@ -740,9 +748,10 @@ std::vector<Case> DefaultCases() {
       }
     }
   }
-  // Decode over a 16-bit KV cache, then over ggml's 8-bit q8_0 cache (K and
-  // V only, "kv:q8_0": Q and O float32), each next to the f16 / bf16 rows of
-  // its shape: 34 bytes read per 32 elements, the bytes bw_frac counts.
+  // Decode over a 16-bit KV cache, then over ggml's 8-bit q8_0 and 4-bit
+  // q4_0 caches (K and V only, "kv:q8_0", "kv:q4_0": Q and O float32), each
+  // next to the f16 / bf16 rows of its shape: 34 or 18 bytes read per 32
+  // elements, the bytes bw_frac counts.
   for (int64_t q_heads : {int64_t{32}, kHeads}) {
     for (int64_t T : {int64_t{4096}, int64_t{32768}}) {
       for (attn::DType type : kTypes16) {
@@ -766,6 +775,7 @@ std::vector<Case> DefaultCases() {
         c.q_heads = q_heads;
         c.kv_heads = q_heads == kHeads ? kHeads : 8;
         add16(c, *kern, attn::DType::kF32, attn::DType::kQ8_0);
+        add16(c, *kern, attn::DType::kF32, attn::DType::kQ4_0);
       }
     }
   }

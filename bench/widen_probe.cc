@@ -116,6 +116,7 @@ float WidenDotImpl(attn::DType type, int query_rows, const void* rows, int64_t r
       // a scalable vector that does not (say 12 lanes) has no q8_0 row.
       if (!attn::HWY_NAMESPACE::Q8_0VectorsTileBlocks(DF())) return -1.0f;
       return run(attn::HWY_NAMESPACE::Q8_0Row());
+    case attn::DType::kQ4_0: return -1.0f;  // no row-walk loader: the tiled walk's passes read it
     case attn::DType::kF32: break;
   }
   return run(float());

@@ -333,4 +333,12 @@ attn_status_t attn_dequantize_q8_0(const void* blocks, int64_t n, float* out) {
   return Guard([&] { attn::DequantizeQ8_0(blocks, n, out); });
 }
 
+attn_status_t attn_quantize_q4_0(const float* x, int64_t n, void* out) {
+  return Guard([&] { attn::QuantizeQ4_0(x, n, out); });
+}
+
+attn_status_t attn_dequantize_q4_0(const void* blocks, int64_t n, float* out) {
+  return Guard([&] { attn::DequantizeQ4_0(blocks, n, out); });
+}
+
 }  // extern "C"

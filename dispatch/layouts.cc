@@ -40,6 +40,7 @@ const char* DTypeName(DType type) {
     case DType::kBF16: return "bf16";
     case DType::kF16: return "f16";
     case DType::kQ8_0: return "q8_0";
+    case DType::kQ4_0: return "q4_0";
   }
   return "?";
 }
@@ -49,7 +50,8 @@ DType ParseDType(const std::string& name) {
   if (name == "bf16" || name == "bfloat16") return DType::kBF16;
   if (name == "f16" || name == "float16") return DType::kF16;
   if (name == "q8_0") return DType::kQ8_0;
-  internal::Fail("dtype", "\"" + name + "\"", "must be one of f32, bf16, f16, q8_0");
+  if (name == "q4_0") return DType::kQ4_0;
+  internal::Fail("dtype", "\"" + name + "\"", "must be one of f32, bf16, f16, q8_0, q4_0");
 }
 
 int DTypeSize(DType type) {
@@ -57,7 +59,8 @@ int DTypeSize(DType type) {
     case DType::kF32: return 4;
     case DType::kBF16:
     case DType::kF16: return 2;
-    case DType::kQ8_0: return 0;  // blocks: DTypeBlockBytes
+    case DType::kQ8_0:
+    case DType::kQ4_0: return 0;  // blocks: DTypeBlockBytes
   }
   return 0;
 }
@@ -68,6 +71,7 @@ int DTypeBlockElements(DType type) {
     case DType::kBF16:
     case DType::kF16: return 1;
     case DType::kQ8_0: return int(internal::kQ8_0BlockElements);
+    case DType::kQ4_0: return int(internal::kQ4_0BlockElements);
   }
   return 0;
 }
@@ -78,6 +82,7 @@ int DTypeBlockBytes(DType type) {
     case DType::kBF16:
     case DType::kF16: return 2;
     case DType::kQ8_0: return int(internal::kQ8_0BlockBytes);
+    case DType::kQ4_0: return int(internal::kQ4_0BlockBytes);
   }
   return 0;
 }
@@ -88,39 +93,60 @@ int64_t DTypeBytes(DType type, int64_t elements) {
 }
 
 namespace {
-// n of QuantizeQ8_0 / DequantizeQ8_0: >= 0 and whole blocks.
-void RequireWholeQ8_0Blocks(int64_t n) {
-  if (n < 0 || n % internal::kQ8_0BlockElements != 0) {
-    internal::Fail("n", internal::Str(n), "must be a multiple of 32 (q8_0 blocks of 32 elements)");
+// n of the quantisers and dequantisers: >= 0 and whole blocks.
+void RequireWholeBlocks(int64_t n, const char* type) {
+  if (n < 0 || n % 32 != 0) {
+    internal::Fail("n", internal::Str(n),
+                   std::string("must be a multiple of 32 (") + type + " blocks of 32 elements)");
   }
+}
+
+// QuantizeQ8_0 and QuantizeQ4_0: every block checked (unfit(x) the first
+// offender's index in it, or -1) before the first is written.
+void QuantizeBlocks(const float* x, int64_t n, void* out, const char* type,
+                    int64_t (*unfit)(const float*), void (*quantize)(const float*, void*),
+                    int64_t block_bytes, const char* scale_bound) {
+  RequireWholeBlocks(n, type);
+  if (n > 0 && x == nullptr) internal::Fail("x", "null", "must not be null");
+  if (n > 0 && out == nullptr) internal::Fail("out", "null", "must not be null");
+  for (int64_t i = 0; i < n; i += 32) {
+    const int64_t bad = unfit(x + i);
+    if (bad >= 0) {
+      internal::Fail("x[" + internal::Str(i + bad) + "]", internal::Str(x[i + bad]),
+                     std::string("must be finite, with ") + scale_bound);
+    }
+  }
+  unsigned char* blocks = static_cast<unsigned char*>(out);
+  for (int64_t i = 0; i < n; i += 32) quantize(x + i, blocks + i / 32 * block_bytes);
+}
+
+void DequantizeBlocks(const void* blocks, int64_t n, float* out, const char* type,
+                      float (*load)(const void*, int64_t)) {
+  RequireWholeBlocks(n, type);
+  if (n > 0 && blocks == nullptr) internal::Fail("blocks", "null", "must not be null");
+  if (n > 0 && out == nullptr) internal::Fail("out", "null", "must not be null");
+  for (int64_t i = 0; i < n; ++i) out[i] = load(blocks, i);
 }
 }  // namespace
 
 void QuantizeQ8_0(const float* x, int64_t n, void* out) {
-  RequireWholeQ8_0Blocks(n);
-  if (n > 0 && x == nullptr) internal::Fail("x", "null", "must not be null");
-  if (n > 0 && out == nullptr) internal::Fail("out", "null", "must not be null");
-  // Every block is checked before the first is written.
-  for (int64_t i = 0; i < n; i += internal::kQ8_0BlockElements) {
-    const int64_t bad = internal::Q8_0BlockUnfit(x + i);
-    if (bad >= 0) {
-      internal::Fail("x[" + internal::Str(i + bad) + "]", internal::Str(x[i + bad]),
-                     "must be finite, with |x| < 65520 * 127 (the block's binary16 scale "
-                     "amax / 127 must be finite)");
-    }
-  }
-  unsigned char* blocks = static_cast<unsigned char*>(out);
-  for (int64_t i = 0; i < n; i += internal::kQ8_0BlockElements) {
-    internal::QuantizeQ8_0Block(x + i, blocks + i / internal::kQ8_0BlockElements *
-                                                    internal::kQ8_0BlockBytes);
-  }
+  QuantizeBlocks(x, n, out, "q8_0", internal::Q8_0BlockUnfit, internal::QuantizeQ8_0Block,
+                 internal::kQ8_0BlockBytes,
+                 "|x| < 65520 * 127 (the block's binary16 scale amax / 127 must be finite)");
 }
 
 void DequantizeQ8_0(const void* blocks, int64_t n, float* out) {
-  RequireWholeQ8_0Blocks(n);
-  if (n > 0 && blocks == nullptr) internal::Fail("blocks", "null", "must not be null");
-  if (n > 0 && out == nullptr) internal::Fail("out", "null", "must not be null");
-  for (int64_t i = 0; i < n; ++i) out[i] = internal::LoadQ8_0Element(blocks, i);
+  DequantizeBlocks(blocks, n, out, "q8_0", internal::LoadQ8_0Element);
+}
+
+void QuantizeQ4_0(const float* x, int64_t n, void* out) {
+  QuantizeBlocks(x, n, out, "q4_0", internal::Q4_0BlockUnfit, internal::QuantizeQ4_0Block,
+                 internal::kQ4_0BlockBytes,
+                 "|x| < 65520 * 8 (the block's binary16 scale |max| / 8 must be finite)");
+}
+
+void DequantizeQ4_0(const void* blocks, int64_t n, float* out) {
+  DequantizeBlocks(blocks, n, out, "q4_0", internal::LoadQ4_0Element);
 }
 
 uint16_t BFloat16Bits(float value) { return internal::BF16FromFloat(value); }

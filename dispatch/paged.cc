@@ -41,8 +41,8 @@ std::vector<int64_t> Counts(const char* cu_name, const int32_t* cu, const char* 
 // row length named by cols_field.
 StridedView CheckPool(const std::string& name, const PagePool& pool, int64_t num_blocks,
                       int64_t block_size, int64_t heads, int64_t cols, const char* cols_field) {
-  internal::RequireDType(name, pool.dtype, /*q8_ok=*/true);
-  internal::RequireQ8_0Cols(name, pool.dtype, cols_field, cols);
+  internal::RequireDType(name, pool.dtype, /*blocks_ok=*/true);
+  internal::RequireBlockCols(name, pool.dtype, cols_field, cols);
   if (pool.data == nullptr) Fail(name + ".data", "null", "must not be null");
   static const char* const kNames[4] = {".block_stride", ".row_stride", ".head_stride", nullptr};
   const int64_t extents[4] = {num_blocks, block_size, heads, cols};
@@ -50,12 +50,22 @@ StridedView CheckPool(const std::string& name, const PagePool& pool, int64_t num
   return internal::CheckTypedStrides(name, pool.data, 4, extents, strides, kNames, pool.dtype);
 }
 
-// New tokens bound for a q8_0 pool are quantised (QuantizeQ8_0's rule)
-// unless they are q8_0 already (then their blocks are copied): every block
-// of them must be quantisable, checked before anything is written.
+// A block of 32 values into a pool of block type `type`, by its quantiser.
+int64_t BlockUnfit(DType type, const float* x) {
+  return type == DType::kQ4_0 ? internal::Q4_0BlockUnfit(x) : internal::Q8_0BlockUnfit(x);
+}
+void QuantizeBlock(DType type, const float* x, void* out) {
+  if (type == DType::kQ4_0) return internal::QuantizeQ4_0Block(x, out);
+  internal::QuantizeQ8_0Block(x, out);
+}
+
+// New tokens bound for a q8_0 or q4_0 pool are quantised (QuantizeQ8_0's
+// or QuantizeQ4_0's rule) unless they are of the pool's type already (then
+// their blocks are copied): every block of them must be quantisable,
+// checked before anything is written.
 void CheckQuantisable(const char* name, const PackedTensor& t, int64_t tokens, int64_t heads,
-                      int64_t cols, const char* pool) {
-  if (t.dtype == DType::kQ8_0) return;
+                      int64_t cols, const char* pool, DType pool_type) {
+  if (t.dtype == pool_type) return;
   std::vector<float> values(static_cast<size_t>(cols));
   for (int64_t i = 0; i < tokens; ++i)
     for (int64_t h = 0; h < heads; ++h) {
@@ -63,13 +73,14 @@ void CheckQuantisable(const char* name, const PackedTensor& t, int64_t tokens, i
       for (int64_t c = 0; c < cols; ++c) {
         values[size_t(c)] = internal::LoadElement(t.data, t.dtype, base + c);
       }
-      for (int64_t c = 0; c < cols; c += internal::kQ8_0BlockElements) {
-        const int64_t bad = internal::Q8_0BlockUnfit(values.data() + c);
+      for (int64_t c = 0; c < cols; c += DTypeBlockElements(pool_type)) {
+        const int64_t bad = BlockUnfit(pool_type, values.data() + c);
         if (bad < 0) continue;
         Fail(std::string(name) + "[" + Str(i) + "][" + Str(h) + "][" + Str(c + bad) + "]",
              Str(values[size_t(c + bad)]),
-             std::string("must be finite, with |x| < 65520 * 127, to be quantised into the q8_0 ") +
-                 pool);
+             std::string("must be finite, with |x| < 65520 * ") +
+                 (pool_type == DType::kQ4_0 ? "8" : "127") + ", to be quantised into the " +
+                 DTypeName(pool_type) + " " + pool);
       }
     }
 }
@@ -77,7 +88,7 @@ void CheckQuantisable(const char* name, const PackedTensor& t, int64_t tokens, i
 // Row `src` (cols elements of t) into the pool row at element offset `dst`.
 void AppendRow(const PagePool& pool, int64_t dst, const PackedTensor& t, int64_t src,
                int64_t cols, std::vector<float>& row) {
-  if (pool.dtype != DType::kQ8_0) {
+  if (!internal::IsBlockType(pool.dtype)) {
     for (int64_t c = 0; c < cols; ++c) {
       internal::StoreElement(pool.data, pool.dtype, dst + c,
                              internal::LoadElement(t.data, t.dtype, src + c));
@@ -85,16 +96,16 @@ void AppendRow(const PagePool& pool, int64_t dst, const PackedTensor& t, int64_t
     return;
   }
   void* out = internal::ElementOffset(pool.data, pool.dtype, dst);
-  if (t.dtype == DType::kQ8_0) {  // the same blocks, byte for byte
+  if (t.dtype == pool.dtype) {  // the same blocks, byte for byte
     std::memcpy(out, internal::ElementOffset(t.data, t.dtype, src),
-                size_t(internal::BytesOf(DType::kQ8_0, cols)));
+                size_t(internal::BytesOf(pool.dtype, cols)));
     return;
   }
   row.resize(size_t(cols));
   for (int64_t c = 0; c < cols; ++c) row[size_t(c)] = internal::LoadElement(t.data, t.dtype, src + c);
-  for (int64_t c = 0; c < cols; c += internal::kQ8_0BlockElements) {
-    internal::QuantizeQ8_0Block(row.data() + c,
-                                static_cast<char*>(out) + internal::BytesOf(DType::kQ8_0, c));
+  for (int64_t c = 0; c < cols; c += DTypeBlockElements(pool.dtype)) {
+    QuantizeBlock(pool.dtype, row.data() + c,
+                  static_cast<char*>(out) + internal::BytesOf(pool.dtype, c));
   }
 }
 
@@ -202,11 +213,11 @@ void PagedAttention(const PagedProblem& p, const Options& options) {
       internal::RequireDisjoint(kc, *in, false);
       internal::RequireDisjoint(vc, *in, false);
     }
-    if (p.k_cache.dtype == DType::kQ8_0) {
-      CheckQuantisable("k_new", p.k_new, total_new, p.kv_heads, d, "k_cache");
+    if (internal::IsBlockType(p.k_cache.dtype)) {
+      CheckQuantisable("k_new", p.k_new, total_new, p.kv_heads, d, "k_cache", p.k_cache.dtype);
     }
-    if (p.v_cache.dtype == DType::kQ8_0) {
-      CheckQuantisable("v_new", p.v_new, total_new, p.kv_heads, dv, "v_cache");
+    if (internal::IsBlockType(p.v_cache.dtype)) {
+      CheckQuantisable("v_new", p.v_new, total_new, p.kv_heads, dv, "v_cache", p.v_cache.dtype);
     }
   }
 

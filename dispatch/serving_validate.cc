@@ -36,7 +36,7 @@ std::vector<int64_t> CheckOffsets(const char* name, const int32_t* cu, int64_t b
 StridedView CheckPacked(const std::string& name, const PackedTensor& t, int64_t tokens,
                         int64_t heads, int64_t cols, const char* cols_field) {
   RequireDType(name, t.dtype, cols_field != nullptr);
-  if (cols_field) RequireQ8_0Cols(name, t.dtype, cols_field, cols);
+  if (cols_field) RequireBlockCols(name, t.dtype, cols_field, cols);
   StridedView empty;
   empty.name = name;
   if (tokens == 0) return empty;

@@ -23,8 +23,8 @@ std::vector<int64_t> CheckOffsets(const char* name, const int32_t* cu, int64_t b
 // A packed [tokens, heads, cols] tensor (dtype, strides >= 0, span in 64
 // bits). Zero tokens: nothing is read or written, the data pointer may be
 // null and the view is empty (overlaps nothing). With cols_field (K and V:
-// "head_dim", "value_dim") it may be q8_0, with cols and strides of whole
-// blocks; without, q8_0 is an error (Q, O).
+// "head_dim", "value_dim") it may be q8_0 or q4_0, with cols and strides of
+// whole blocks; without, a block type is an error (Q, O).
 StridedView CheckPacked(const std::string& name, const PackedTensor& t, int64_t tokens,
                         int64_t heads, int64_t cols, const char* cols_field = nullptr);
 // The score modifier fields (attn.h), as attn::attention checks them, with

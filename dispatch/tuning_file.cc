@@ -75,7 +75,8 @@ class Reader {
     else if (text == "bf16") x = DType::kBF16;
     else if (text == "f16") x = DType::kF16;
     else if (text == "q8_0") x = DType::kQ8_0;
-    else Bad(path_ + name, *it, "one of \"f32\", \"bf16\", \"f16\", \"q8_0\"");
+    else if (text == "q4_0") x = DType::kQ4_0;
+    else Bad(path_ + name, *it, "one of \"f32\", \"bf16\", \"f16\", \"q8_0\", \"q4_0\"");
   }
   // A dot path by name (attn::DotPaths()); absent or "": none.
   void OptionalDotPath(const char* name, std::string& x) {

@@ -11,7 +11,7 @@
 #include <sstream>
 #include <string>
 
-#include "kernels/common/convert.h"  // kQ8_0BlockElements
+#include "kernels/common/convert.h"  // IsBlockType
 #include "kernels/decode/walk_table.h"  // ParseDecodeWalk
 
 namespace attn::internal {
@@ -136,29 +136,31 @@ StridedView CheckRowTensor(const std::string& name, const void* data, int64_t ba
   return CheckStrides(name, data, cols > 0 ? 4 : 3, extents, strides, kNames, element_bytes);
 }
 
-void RequireDType(const std::string& name, DType type, bool q8_ok) {
+void RequireDType(const std::string& name, DType type, bool blocks_ok) {
   if (DTypeBlockElements(type) == 0) {
     Fail(name + ".dtype", Str(static_cast<int>(type)),
-         q8_ok ? "must be f32 (0), bf16 (1), f16 (2) or q8_0 (3)"
-               : "must be f32 (0), bf16 (1) or f16 (2)");
+         blocks_ok ? "must be f32 (0), bf16 (1), f16 (2), q8_0 (3) or q4_0 (4)"
+                   : "must be f32 (0), bf16 (1) or f16 (2)");
   }
-  if (type == DType::kQ8_0 && !q8_ok) {
-    Fail(name + ".dtype", "q8_0",
-         "must be f32, bf16 or f16 (q8_0 is an element type for K and V only)");
+  if (IsBlockType(type) && !blocks_ok) {
+    Fail(name + ".dtype", DTypeName(type),
+         std::string("must be f32, bf16 or f16 (") + DTypeName(type) +
+             " is an element type for K and V only)");
   }
 }
 
-void RequireQ8_0Cols(const std::string& tensor, DType type, const char* cols_field,
-                     int64_t cols) {
-  if (type != DType::kQ8_0 || cols % kQ8_0BlockElements == 0) return;
+void RequireBlockCols(const std::string& tensor, DType type, const char* cols_field,
+                      int64_t cols) {
+  if (!IsBlockType(type) || cols % DTypeBlockElements(type) == 0) return;
   Fail(cols_field, Str(cols),
-       "must be a multiple of 32 when " + tensor + ".dtype is q8_0 (its rows are blocks of 32)");
+       "must be a multiple of 32 when " + tensor + ".dtype is " + DTypeName(type) +
+           " (its rows are blocks of 32)");
 }
 
 StridedView CheckTypedTensor(const std::string& name, const ConstTensor& t, int64_t batch,
                              int64_t heads, int64_t rows, int64_t cols, const char* cols_field) {
   RequireDType(name, t.dtype, cols_field != nullptr);
-  if (cols_field) RequireQ8_0Cols(name, t.dtype, cols_field, cols);
+  if (cols_field) RequireBlockCols(name, t.dtype, cols_field, cols);
   if (t.data == nullptr) Fail(name + ".data", "null", "must not be null");
   static const char* const kNames[4] = {".batch_stride", ".head_stride", ".row_stride", nullptr};
   const int64_t extents[4] = {batch, heads, rows, cols};
@@ -244,7 +246,7 @@ void Validate(const Problem& p) {
   ValidateScoreModifiers(p);
 
   const StridedView q = CheckTypedTensor("q", p.q, p.batch, p.q_heads, p.q_len, p.head_dim);
-  // K and V may be q8_0 blocks (rows of whole blocks), Q and O not.
+  // K and V may be q8_0 or q4_0 blocks (rows of whole blocks), Q and O not.
   const StridedView k =
       CheckTypedTensor("k", p.k, p.batch, p.kv_heads, p.kv_len, p.head_dim, "head_dim");
   const StridedView v = CheckTypedTensor("v", p.v, p.batch, p.kv_heads, p.kv_len, dv,

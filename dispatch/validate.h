@@ -29,7 +29,7 @@ struct StridedView {
   int n = 0;
   int64_t extent[4] = {}, stride[4] = {};
   // Storage unit: element_bytes bytes hold block_elements elements (1 for
-  // float32 / bf16 / f16; 32 in 34 bytes for q8_0).
+  // float32 / bf16 / f16; 32 in 34 bytes for q8_0, 18 for q4_0).
   int64_t element_bytes = 4;
   int64_t block_elements = 1;
   int named_strides = 0;         // strides the caller set (not a row's implicit 1)
@@ -50,20 +50,21 @@ StridedView CheckStrides(const std::string& name, const void* data, int n, const
                          const int64_t* strides, const char* const* stride_names,
                          int64_t element_bytes = 4, int64_t block_elements = 1);
 // CheckStrides for a tensor of element type `type` (checked by
-// RequireDType first): for q8_0 every named stride must also be a multiple
+// RequireDType first): for a block type (q8_0, q4_0) every named stride must also be a multiple
 // of 32 (whole blocks), else Error (field name + stride_names[i]).
 StridedView CheckTypedStrides(const std::string& name, const void* data, int n,
                               const int64_t* extents, const int64_t* strides,
                               const char* const* stride_names, DType type);
 // Fails unless `type` is one of attn::DType's values (field name + ".dtype").
-// q8_0 only where the tensor may hold it (q8_ok: K, V, the page pools):
-// elsewhere (Q, O, merge parts) an Error says it is for K and V only.
-void RequireDType(const std::string& name, DType type, bool q8_ok = false);
-// A q8_0 tensor's rows: `cols` (field cols_field: head_dim for K, value_dim
-// for V) must be a multiple of 32, else Error naming the field and value.
-// Nothing for other types.
-void RequireQ8_0Cols(const std::string& tensor, DType type, const char* cols_field,
-                     int64_t cols);
+// q8_0 and q4_0 only where the tensor may hold them (blocks_ok: K, V, the
+// page pools): elsewhere (Q, O, merge parts) an Error says they are for K
+// and V only.
+void RequireDType(const std::string& name, DType type, bool blocks_ok = false);
+// A q8_0 or q4_0 tensor's rows: `cols` (field cols_field: head_dim for K,
+// value_dim for V) must be a multiple of 32, else Error naming the field
+// and value. Nothing for other types.
+void RequireBlockCols(const std::string& tensor, DType type, const char* cols_field,
+                      int64_t cols);
 // A [batch, heads, rows, cols] tensor with contiguous rows (row_stride >=
 // cols when rows > 1), or with cols == 0 a [batch, heads, rows] tensor of
 // one float per row (lse). `data` must not be null. Elements of
@@ -72,9 +73,9 @@ StridedView CheckRowTensor(const std::string& name, const void* data, int64_t ba
                            int64_t heads, int64_t rows, int64_t cols, int64_t batch_stride,
                            int64_t head_stride, int64_t row_stride, int64_t element_bytes = 4);
 // CheckRowTensor for a tensor with a dtype (Q, K, V, O, merge parts). With
-// cols_field (K: "head_dim", V: "value_dim") the tensor may be q8_0, its
-// cols and strides whole blocks (RequireQ8_0Cols, CheckTypedStrides);
-// without, q8_0 is an error (Q, O).
+// cols_field (K: "head_dim", V: "value_dim") the tensor may be q8_0 or
+// q4_0, its cols and strides whole blocks (RequireBlockCols,
+// CheckTypedStrides); without, a block type is an error (Q, O).
 StridedView CheckTypedTensor(const std::string& name, const ConstTensor& t, int64_t batch,
                              int64_t heads, int64_t rows, int64_t cols,
                              const char* cols_field = nullptr);

@@ -271,7 +271,8 @@ void Fill(uint64_t tensor, int64_t heads, int64_t n, int64_t cols, attn::DType t
           case attn::DType::kF32: static_cast<float*>(dst)[at] = x; break;
           case attn::DType::kBF16: static_cast<uint16_t*>(dst)[at] = attn::BFloat16Bits(x); break;
           case attn::DType::kF16: static_cast<uint16_t*>(dst)[at] = attn::Float16Bits(x); break;
-          case attn::DType::kQ8_0: break;  // refused by Run
+          case attn::DType::kQ8_0:
+          case attn::DType::kQ4_0: break;  // refused by Run
         }
       }
 }
@@ -291,10 +292,11 @@ int Run(int argc, char** argv) {
   s.head_dim = s.value_dim = Arg(argc, argv, 4, 64);
   s.causal = argc <= 5 || std::string(argv[5]) != "full";
   s.kv_type = attn::ParseDType(argc > 6 ? argv[6] : "f32");
-  // The blocks on the wire are whole elements (f32, bf16, f16): a q8_0 K/V
-  // block would need its rows quantised here, which this example does not do.
+  // The blocks on the wire are whole elements (f32, bf16, f16): a q8_0 or
+  // q4_0 K/V block would need its rows quantised here, which this example
+  // does not do.
   if (s.seq_len < 1 || s.q_heads < 1 || s.kv_heads < 1 || s.head_dim < 1 ||
-      s.kv_type == attn::DType::kQ8_0) {
+      attn::DTypeSize(s.kv_type) == 0) {
     if (rank == 0) {
       std::fprintf(stderr, "usage: ring_attention_mpi [T] [q_heads] [kv_heads] [d] "
                            "[causal|full] [f32|bf16|f16]\n");

@@ -1,8 +1,8 @@
 // The Python module attn._attn: attention on NumPy (or any DLPack / buffer
 // protocol) arrays of float32, float16 or bfloat16 (ml_dtypes), read and
-// written in place through their strides, K and V also as ggml's q8_0
-// blocks (uint8 arrays, k_dtype= / v_dtype= 'q8_0'), ggml's q8_0 quantiser,
-// plus the tuning and target APIs.
+// written in place through their strides, K and V also as ggml's q8_0 or
+// q4_0 blocks (uint8 arrays, k_dtype= / v_dtype= 'q8_0' / 'q4_0'), ggml's
+// quantisers, plus the tuning and target APIs.
 //
 // Arrays are taken untyped and checked here rather than declared as
 // ndarray<float>: a typed parameter lets nanobind silently convert (copy) a
@@ -69,6 +69,7 @@ const char* NumpyName(attn::DType dtype) {
     case attn::DType::kBF16: return "bfloat16";
     case attn::DType::kF16: return "float16";
     case attn::DType::kQ8_0: return "q8_0";
+    case attn::DType::kQ4_0: return "q4_0";
   }
   return "?";
 }
@@ -246,90 +247,101 @@ Typed<Array> TypedArray(const char* name, const nb::handle& obj, const char* wha
 constexpr const char* kInWhat = "a CPU array (NumPy, or any DLPack or buffer-protocol object)";
 constexpr const char* kOutWhat = "a writable CPU array (NumPy, or any DLPack or buffer-protocol object)";
 
-// ---- ggml's q8_0 blocks (attn.h DType::kQ8_0) ------------------------------
-// In Python a q8_0 tensor is a uint8 array of its bytes: shape (..., n / 32
-// * 34) for n elements a row, as attn.quantize_q8_0 returns it (and as
-// llama.cpp's cache holds it). The library counts elements: the last
-// dimension becomes n elements, and every stride (in bytes) must be a
-// whole number of 34-byte blocks, which become 32 elements each.
+// ---- ggml's q8_0 and q4_0 blocks (attn.h DType::kQ8_0, kQ4_0) ------------
+// In Python a block tensor is a uint8 array of its bytes: shape (..., n / 32
+// * 34) for q8_0, (..., n / 32 * 18) for q4_0, for n elements a row, as
+// attn.quantize_q8_0 / quantize_q4_0 return it (and as llama.cpp's cache
+// holds it). The library counts elements: the last dimension becomes n
+// elements, and every stride (in bytes) must be a whole number of blocks,
+// which become 32 elements each.
 
-constexpr int64_t kQ8Block = 32, kQ8BlockBytes = 34;
+constexpr int64_t kBlockElements = 32;
 
-// A K / V argument's dtype= keyword: None (the array's own dtype) or "q8_0".
-bool ParseKvDtype(const char* keyword, const nb::handle& obj) {
-  if (obj.is_none()) return false;
+// A K / V argument's dtype= keyword: None (the array's own dtype: kF32 is
+// returned), 'q8_0' or 'q4_0'.
+attn::DType ParseKvDtype(const char* keyword, const nb::handle& obj) {
+  if (obj.is_none()) return attn::DType::kF32;
   if (nb::isinstance<nb::str>(obj)) {
     const std::string name = nb::cast<std::string>(obj);
-    if (name == "q8_0") return true;
-    Raise(std::string("attn: ") + keyword + " must be None (the array's own dtype) or 'q8_0', got '" +
-          name + "'");
+    if (name == "q8_0") return attn::DType::kQ8_0;
+    if (name == "q4_0") return attn::DType::kQ4_0;
+    Raise(std::string("attn: ") + keyword +
+          " must be None (the array's own dtype), 'q8_0' or 'q4_0', got '" + name + "'");
   }
-  throw nb::type_error((std::string("attn: ") + keyword + " must be None or 'q8_0', got " +
+  throw nb::type_error((std::string("attn: ") + keyword + " must be None, 'q8_0' or 'q4_0', got " +
                         nb::cast<std::string>(nb::str(obj.type().attr("__name__"))))
                            .c_str());
 }
+bool IsBlock(attn::DType t) { return t == attn::DType::kQ8_0 || t == attn::DType::kQ4_0; }
 
 template <typename Array>
-void RequireUint8(const char* name, const Array& a) {
+void RequireUint8(const char* name, const Array& a, attn::DType type) {
   if (a.dtype() != nb::dtype<uint8_t>()) {
-    throw nb::type_error((std::string("attn: ") + name +
-                          " must be a uint8 array of q8_0 blocks (attn.quantize_q8_0), got " +
-                          DtypeName(a.dtype()))
+    const std::string t = attn::DTypeName(type);
+    throw nb::type_error((std::string("attn: ") + name + " must be a uint8 array of " + t +
+                          " blocks (attn.quantize_" + t + "), got " + DtypeName(a.dtype()))
                              .c_str());
   }
 }
 
-// A uint8 array of q8_0 blocks as a typed array; its View4 in elements
-// (Q8Elements) is what the problem takes.
+// A uint8 array of blocks as a typed array; its View4 in elements
+// (BlockElements) is what the problem takes.
 template <typename Array>
-Typed<Array> Q8Array(const char* name, const nb::handle& obj, const char* what) {
-  Typed<Array> t{ToArray<Array>(name, obj, what), attn::DType::kQ8_0};
-  RequireUint8(name, t.array);
+Typed<Array> BlockArray(const char* name, const nb::handle& obj, attn::DType type,
+                        const char* what) {
+  Typed<Array> t{ToArray<Array>(name, obj, what), type};
+  RequireUint8(name, t.array, type);
   return t;
 }
 
-// `v` (bytes) in elements: the last dimension a whole number of blocks,
-// contiguous, and every stride a whole number of blocks.
-void Q8Elements(const char* name, View4& v) {
-  if (v.shape[3] % kQ8BlockBytes != 0) {
-    Raise(std::string("attn: ") + name + "'s last dimension must be a multiple of 34 bytes (q8_0 "
-          "blocks of 32 elements), got " + std::to_string(v.shape[3]));
+// `v` (bytes of blocks of `type`) in elements: the last dimension a whole
+// number of blocks, contiguous, and every stride a whole number of blocks.
+void BlockElements(const char* name, View4& v, attn::DType type) {
+  const int64_t bytes = attn::DTypeBlockBytes(type);
+  const std::string t = attn::DTypeName(type), b = std::to_string(bytes);
+  if (v.shape[3] % bytes != 0) {
+    Raise(std::string("attn: ") + name + "'s last dimension must be a multiple of " + b +
+          " bytes (" + t + " blocks of 32 elements), got " + std::to_string(v.shape[3]));
   }
   if (v.shape[3] > 1 && v.stride[3] != 1) {
     Raise(std::string("attn: ") + name + "'s last dimension must be contiguous, got stride " +
           std::to_string(v.stride[3]));
   }
   for (size_t i = 4 - v.ndim; i < 3; ++i) {
-    if (v.stride[i] % kQ8BlockBytes != 0) {
+    if (v.stride[i] % bytes != 0) {
       Raise(std::string("attn: ") + name + ".strides[" + std::to_string(int(i) - 4) +
-            "] must be a multiple of 34 bytes (whole q8_0 blocks), got " +
+            "] must be a multiple of " + b + " bytes (whole " + t + " blocks), got " +
             std::to_string(v.stride[i]));
     }
-    v.stride[i] = v.stride[i] / kQ8BlockBytes * kQ8Block;
+    v.stride[i] = v.stride[i] / bytes * kBlockElements;
   }
-  v.shape[3] = v.shape[3] / kQ8BlockBytes * kQ8Block;
+  v.shape[3] = v.shape[3] / bytes * kBlockElements;
   v.stride[3] = 1;
 }
 
-// A K / V argument: a float array of one of the three types, or with
-// q8_0 a uint8 array of blocks.
+// A K / V argument: a float array of one of the three types, or with a
+// block type (ParseKvDtype) a uint8 array of blocks.
 template <typename Array>
-Typed<Array> KvArray(const char* name, const nb::handle& obj, bool q8, const char* what) {
-  return q8 ? Q8Array<Array>(name, obj, what) : TypedArray<Array>(name, obj, what);
+Typed<Array> KvArray(const char* name, const nb::handle& obj, attn::DType block,
+                     const char* what) {
+  return IsBlock(block) ? BlockArray<Array>(name, obj, block, what)
+                        : TypedArray<Array>(name, obj, what);
 }
 
-// attn.quantize_q8_0(x): float32 (..., n), n a multiple of 32, contiguous
-// last dimension -> a new uint8 array (..., n / 32 * 34) of ggml's blocks.
-nb::object QuantizeQ8_0Py(const nb::handle& x_obj) {
+// attn.quantize_q8_0(x) / quantize_q4_0(x): float32 (..., n), n a multiple
+// of 32, contiguous last dimension -> a new uint8 array (..., n / 32 *
+// block bytes) of ggml's blocks.
+nb::object QuantizePy(const nb::handle& x_obj, attn::DType type) {
   const InArray x = ToArray<InArray>("x", x_obj, kInWhat);
   RequireFloat32("x", x);
   if (x.ndim() < 1) Raise("attn: x must have at least one dimension, got 0");
   const size_t nd = x.ndim();
   const int64_t n = int64_t(x.shape(nd - 1));
-  if (n % kQ8Block != 0) {
+  const int64_t bytes = attn::DTypeBlockBytes(type);
+  if (n % kBlockElements != 0) {
     throw attn::Error("n", std::to_string(n),
-                      "attn: n must be a multiple of 32 (q8_0 blocks of 32 elements), got " +
-                          std::to_string(n) + " (x.shape[-1])");
+                      std::string("attn: n must be a multiple of 32 (") + attn::DTypeName(type) +
+                          " blocks of 32 elements), got " + std::to_string(n) + " (x.shape[-1])");
   }
   if (n > 1 && x.stride(nd - 1) != 1) {
     Raise("attn: x's last dimension must be contiguous (stride 1 element), got stride " +
@@ -341,7 +353,7 @@ nb::object QuantizeQ8_0Py(const nb::handle& x_obj) {
     shape.push_back(int64_t(x.shape(i)));
     rows *= int64_t(x.shape(i));
   }
-  shape.push_back(n / kQ8Block * kQ8BlockBytes);
+  shape.push_back(n / kBlockElements * bytes);
   nb::object out_obj = Numpy().attr("empty")(nb::cast(shape), "dtype"_a = "uint8");
   const OutArray out = ToArray<OutArray>("out", out_obj, kOutWhat);
   uint8_t* dst = static_cast<uint8_t*>(out.data());
@@ -354,7 +366,12 @@ nb::object QuantizeQ8_0Py(const nb::handle& x_obj) {
       rest /= int64_t(x.shape(i));
     }
     try {
-      attn::QuantizeQ8_0(base + offset, n, dst + r * (n / kQ8Block * kQ8BlockBytes));
+      uint8_t* row = dst + r * (n / kBlockElements * bytes);
+      if (type == attn::DType::kQ4_0) {
+        attn::QuantizeQ4_0(base + offset, n, row);
+      } else {
+        attn::QuantizeQ8_0(base + offset, n, row);
+      }
     } catch (const attn::Error& e) {
       // The element's index within its row, and which row.
       throw attn::Error(e.field(), e.value(),
@@ -364,16 +381,19 @@ nb::object QuantizeQ8_0Py(const nb::handle& x_obj) {
   return out_obj;
 }
 
-// attn.dequantize_q8_0(blocks): uint8 (..., m), m a multiple of 34 ->
-// float32 (..., m / 34 * 32), exactly the values the kernels read.
-nb::object DequantizeQ8_0Py(const nb::handle& blocks_obj) {
+// attn.dequantize_q8_0(blocks) / dequantize_q4_0(blocks): uint8 (..., m),
+// m a multiple of the block bytes -> float32 (..., m / bytes * 32), exactly
+// the values the kernels read.
+nb::object DequantizePy(const nb::handle& blocks_obj, attn::DType type) {
   const InArray b = ToArray<InArray>("blocks", blocks_obj, kInWhat);
-  RequireUint8("blocks", b);
+  RequireUint8("blocks", b, type);
   if (b.ndim() < 1) Raise("attn: blocks must have at least one dimension, got 0");
   const size_t nd = b.ndim();
   const int64_t m = int64_t(b.shape(nd - 1));
-  if (m % kQ8BlockBytes != 0) {
-    Raise("attn: blocks' last dimension must be a multiple of 34 bytes, got " + std::to_string(m));
+  const int64_t bytes = attn::DTypeBlockBytes(type);
+  if (m % bytes != 0) {
+    Raise("attn: blocks' last dimension must be a multiple of " + std::to_string(bytes) +
+          " bytes, got " + std::to_string(m));
   }
   if (m > 1 && b.stride(nd - 1) != 1) {
     Raise("attn: blocks' last dimension must be contiguous, got stride " +
@@ -385,7 +405,7 @@ nb::object DequantizeQ8_0Py(const nb::handle& blocks_obj) {
     shape.push_back(int64_t(b.shape(i)));
     rows *= int64_t(b.shape(i));
   }
-  const int64_t n = m / kQ8BlockBytes * kQ8Block;
+  const int64_t n = m / bytes * kBlockElements;
   shape.push_back(n);
   nb::object out_obj = Numpy().attr("empty")(nb::cast(shape), "dtype"_a = "float32");
   const OutArray out = ToArray<OutArray>("out", out_obj, kOutWhat);
@@ -397,7 +417,11 @@ nb::object DequantizeQ8_0Py(const nb::handle& blocks_obj) {
       offset += (rest % int64_t(b.shape(i))) * b.stride(i);
       rest /= int64_t(b.shape(i));
     }
-    attn::DequantizeQ8_0(base + offset, n, dst + r * n);
+    if (type == attn::DType::kQ4_0) {
+      attn::DequantizeQ4_0(base + offset, n, dst + r * n);
+    } else {
+      attn::DequantizeQ8_0(base + offset, n, dst + r * n);
+    }
   }
   return out_obj;
 }
@@ -491,10 +515,11 @@ nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb:
                      const nb::handle& alibi_obj, const nb::handle& k_dtype_obj,
                      const nb::handle& v_dtype_obj, const std::string& dot_path,
                      const std::string& decode_walk) {
-  const bool k_q8 = ParseKvDtype("k_dtype", k_dtype_obj), v_q8 = ParseKvDtype("v_dtype", v_dtype_obj);
+  const attn::DType k_block = ParseKvDtype("k_dtype", k_dtype_obj),
+                    v_block = ParseKvDtype("v_dtype", v_dtype_obj);
   const Typed<InArray> q_in = TypedArray<InArray>("q", q_obj, kInWhat);
-  const Typed<InArray> k_in = KvArray<InArray>("k", k_obj, k_q8, kInWhat);
-  const Typed<InArray> v_in = KvArray<InArray>("v", v_obj, v_q8, kInWhat);
+  const Typed<InArray> k_in = KvArray<InArray>("k", k_obj, k_block, kInWhat);
+  const Typed<InArray> v_in = KvArray<InArray>("v", v_obj, v_block, kInWhat);
   const std::optional<attn::DType> out_dtype = ParseOutDtype(out_dtype_obj);
   View4 q = AsView("q", q_in.array, 2), k = AsView("k", k_in.array, 2),
         v = AsView("v", v_in.array, 2);
@@ -502,9 +527,10 @@ nb::object Attention(const nb::handle& q_obj, const nb::handle& k_obj, const nb:
   RequireNonEmpty("k", k, {"batch", "kv_heads", "kv_len", "head_dim"});
   RequireNonEmpty("v", v, {"batch", "kv_heads", "kv_len", "value_dim"});
   RequireContiguousRows("q", q);
-  // A q8_0 array's bytes as elements (its last dimension n / 32 * 34 bytes).
-  if (k_q8) Q8Elements("k", k);
-  if (v_q8) Q8Elements("v", v);
+  // A block array's bytes as elements (its last dimension n / 32 * 34 or
+  // 18 bytes).
+  if (IsBlock(k_block)) BlockElements("k", k, k_block);
+  if (IsBlock(v_block)) BlockElements("v", v, v_block);
   RequireContiguousRows("k", k);
   RequireContiguousRows("v", v);
 
@@ -647,7 +673,7 @@ attn::PackedTensor Packed3(const char* name, const Typed<InArray>& t, View4* v) 
     Raise(std::string("attn: ") + name + " must have 3 dimensions (total_tokens, heads, d), got " +
           std::to_string(v->ndim));
   }
-  if (t.dtype == attn::DType::kQ8_0) Q8Elements(name, *v);
+  if (IsBlock(t.dtype)) BlockElements(name, *v, t.dtype);
   RequireContiguousRows(name, *v);
   return {v->data, v->stride[1], v->stride[2], t.dtype};
 }
@@ -706,10 +732,11 @@ nb::object VarlenAttentionPy(const nb::handle& q_obj, const nb::handle& k_obj,
                              const nb::handle& v_dtype_obj, const nb::handle& window_obj,
                              float softcap, const nb::handle& sinks_obj,
                              const nb::handle& alibi_obj) {
-  const bool k_q8 = ParseKvDtype("k_dtype", k_dtype_obj), v_q8 = ParseKvDtype("v_dtype", v_dtype_obj);
+  const attn::DType k_block = ParseKvDtype("k_dtype", k_dtype_obj),
+                    v_block = ParseKvDtype("v_dtype", v_dtype_obj);
   const Typed<InArray> q_in = TypedArray<InArray>("q", q_obj, kInWhat);
-  const Typed<InArray> k_in = KvArray<InArray>("k", k_obj, k_q8, kInWhat);
-  const Typed<InArray> v_in = KvArray<InArray>("v", v_obj, v_q8, kInWhat);
+  const Typed<InArray> k_in = KvArray<InArray>("k", k_obj, k_block, kInWhat);
+  const Typed<InArray> v_in = KvArray<InArray>("v", v_obj, v_block, kInWhat);
   View4 q, k, v;
   attn::VarlenProblem p;
   p.q = Packed3("q", q_in, &q);
@@ -778,7 +805,7 @@ nb::object KvcacheAttentionPy(const nb::handle& q_obj, const nb::handle& k_cache
                               const nb::handle& cache_dtype_obj, const nb::handle& window_obj,
                               float softcap, const nb::handle& sinks_obj,
                               const nb::handle& alibi_obj) {
-  const bool cache_q8 = ParseKvDtype("cache_dtype", cache_dtype_obj);
+  const attn::DType cache_block = ParseKvDtype("cache_dtype", cache_dtype_obj);
   const bool append = !k_obj.is_none() || !v_obj.is_none();
   if (append && (k_obj.is_none() || v_obj.is_none())) {
     Raise("attn: k and v must be given together (the new tokens' keys and values), got only " +
@@ -795,15 +822,15 @@ nb::object KvcacheAttentionPy(const nb::handle& q_obj, const nb::handle& k_cache
   View4 kc, vc;
   attn::DType kc_type, vc_type;
   if (append) {
-    kc_out = KvArray<OutArray>("k_cache", k_cache_obj, cache_q8, kOutWhat);
-    vc_out = KvArray<OutArray>("v_cache", v_cache_obj, cache_q8, kOutWhat);
+    kc_out = KvArray<OutArray>("k_cache", k_cache_obj, cache_block, kOutWhat);
+    vc_out = KvArray<OutArray>("v_cache", v_cache_obj, cache_block, kOutWhat);
     kc = AsView("k_cache", kc_out.array, 4);
     vc = AsView("v_cache", vc_out.array, 4);
     kc_type = kc_out.dtype;
     vc_type = vc_out.dtype;
   } else {
-    kc_in = KvArray<InArray>("k_cache", k_cache_obj, cache_q8, kInWhat);
-    vc_in = KvArray<InArray>("v_cache", v_cache_obj, cache_q8, kInWhat);
+    kc_in = KvArray<InArray>("k_cache", k_cache_obj, cache_block, kInWhat);
+    vc_in = KvArray<InArray>("v_cache", v_cache_obj, cache_block, kInWhat);
     kc = AsView("k_cache", kc_in.array, 4);
     vc = AsView("v_cache", vc_in.array, 4);
     kc_type = kc_in.dtype;
@@ -812,10 +839,11 @@ nb::object KvcacheAttentionPy(const nb::handle& q_obj, const nb::handle& k_cache
   if (kc.ndim != 4 || vc.ndim != 4) {
     Raise("attn: k_cache and v_cache must have 4 dimensions (num_blocks, block_size, kv_heads, d)");
   }
-  // q8_0 pools: their bytes as elements (the last dimension d / 32 * 34 bytes).
-  if (cache_q8) {
-    Q8Elements("k_cache", kc);
-    Q8Elements("v_cache", vc);
+  // Block pools: their bytes as elements (the last dimension d / 32 * 34
+  // or 18 bytes).
+  if (IsBlock(cache_block)) {
+    BlockElements("k_cache", kc, cache_block);
+    BlockElements("v_cache", vc, cache_block);
   }
   RequireContiguousRows("k_cache", kc);
   RequireContiguousRows("v_cache", vc);
@@ -954,11 +982,12 @@ Element types: q, k, v and out are each float32, float16 or bfloat16
 (ml_dtypes.bfloat16, or a DLPack bfloat16 tensor), independently; nothing
 is converted or copied. The kernels widen 16-bit inputs exactly, compute in
 float32 and round a 16-bit output once (to nearest even).
-k_dtype / v_dtype: None (the array's dtype), or 'q8_0': k (or v) is then a
-uint8 array of ggml's q8_0 blocks, (..., Tk, d / 32 * 34) bytes, as
-attn.quantize_q8_0 returns them or a llama.cpp cache holds them (d a
-multiple of 32, strides whole 34-byte blocks); decoded exactly (int8 times
-the block's float16 scale) by every kernel. q and out are never q8_0.
+k_dtype / v_dtype: None (the array's dtype), 'q8_0' or 'q4_0': k (or v) is
+then a uint8 array of ggml's q8_0 blocks, (..., Tk, d / 32 * 34) bytes, or
+q4_0 blocks, (..., Tk, d / 32 * 18) bytes, as attn.quantize_q8_0 /
+quantize_q4_0 return them or a llama.cpp cache holds them (d a multiple of
+32, strides whole blocks); decoded exactly (int8, or nibble - 8, times the
+block's float16 scale) by every kernel. q and out are never a block type.
 
 causal: False/'none', True/'bottom_right' (query i sees keys up to
 Tk - Tq + i: the KV-cache alignment), or 'top_left' (PyTorch's is_causal).
@@ -1006,7 +1035,8 @@ max_seqlen_q / max_seqlen_k: bounds every length must meet (0: unchecked).
 causal: True/'bottom_right' (per sequence: the last query sees every key),
 'top_left' or False. A sequence with queries but no keys gets output 0 and
 lse -inf. Element types, kernel, threads, out, out_dtype, k_dtype and
-v_dtype as attention() (q8_0 k / v: uint8 (total_k, kv_heads, d / 32 * 34)).
+v_dtype as attention() (q8_0 k / v: uint8 (total_k, kv_heads, d / 32 * 34);
+q4_0: d / 32 * 18).
 window, softcap, sinks as attention(), per sequence on its own lengths;
 alibi_slopes float32 (heads,) or (batch, heads), one row per sequence. With
 sinks, a row that sees no key gets lse sink[h].
@@ -1031,15 +1061,17 @@ block_table; default the whole dense cache). k, v: optional new tokens
 cache_seqlens[b]: (the pools are modified in place) before attention over
 cache_seqlens[b] + seqlen_new keys. causal: True/'bottom_right' aligns the
 last query with the last key. cache_dtype: None (the pools' dtype) or
-'q8_0': k_cache and v_cache are uint8 pools of ggml's q8_0 blocks
-(num_blocks, block_size, kv_heads, d / 32 * 34); new k, v (float arrays) are
-quantised into them as attn.quantize_q8_0 does. window, softcap, sinks,
+'q8_0' or 'q4_0': k_cache and v_cache are uint8 pools of ggml's blocks
+(num_blocks, block_size, kv_heads, d / 32 * 34, or * 18 for q4_0); new k,
+v (float arrays) are quantised into them as attn.quantize_q8_0 /
+quantize_q4_0 do. window, softcap, sinks,
 alibi_slopes ((heads,) or (batch, heads)) as varlen_attention(), per
 sequence on its cache_seqlens[b] + seqlen_new keys. Returns out (batch,
 seqlen_q, heads, dv), or (out, lse) with return_softmax_lse=True (lse
 float32 (batch, heads, seqlen_q)).)");
 
-  m.def("quantize_q8_0", &QuantizeQ8_0Py, "x"_a,
+  m.def("quantize_q8_0", [](const nb::handle& x) { return QuantizePy(x, attn::DType::kQ8_0); },
+        "x"_a,
         R"(ggml's q8_0 quantiser (quantize_row_q8_0_ref) on float32 x (..., n).
 
 n must be a multiple of 32. Per block of 32 values: d = max|x| / 127, q =
@@ -1049,9 +1081,27 @@ is d's 2 bytes (little-endian) then the 32 int8 q's, the layout llama.cpp's
 KV cache holds and attention(k_dtype='q8_0') reads. Raises attn.Error for
 n not a multiple of 32 or a value that is not finite or too large for a
 float16 scale (|x| >= 65520 * 127).)");
-  m.def("dequantize_q8_0", &DequantizeQ8_0Py, "blocks"_a,
+  m.def("dequantize_q8_0",
+        [](const nb::handle& b) { return DequantizePy(b, attn::DType::kQ8_0); }, "blocks"_a,
         "float32 (..., m / 34 * 32) values of uint8 q8_0 blocks (..., m): int8 times the "
         "block's float16 scale, exactly the values the kernels read.");
+  m.def("quantize_q4_0", [](const nb::handle& x) { return QuantizePy(x, attn::DType::kQ4_0); },
+        "x"_a,
+        R"(ggml's q4_0 quantiser (quantize_row_q4_0_ref) on float32 x (..., n).
+
+n must be a multiple of 32. Per block of 32 values: max = the value of
+largest magnitude (the first of ties), d = max / -8, nibble = min(15,
+trunc(x / d + 8.5)) (x times 1 / d in float32; 8 when d = 0), d stored as
+float16 (to nearest even). Returns a new uint8 array (..., n / 32 * 18):
+each block is d's 2 bytes (little-endian) then 16 bytes, elements 0-15 in
+the low nibbles and 16-31 in the high ones, the layout llama.cpp's q4_0 KV
+cache holds and attention(k_dtype='q4_0') reads. Raises attn.Error for n
+not a multiple of 32 or a value that is not finite or too large for a
+float16 scale (|x| >= 65520 * 8).)");
+  m.def("dequantize_q4_0",
+        [](const nb::handle& b) { return DequantizePy(b, attn::DType::kQ4_0); }, "blocks"_a,
+        "float32 (..., m / 18 * 32) values of uint8 q4_0 blocks (..., m): (nibble - 8) times "
+        "the block's float16 scale, exactly the values the kernels read.");
 
   nb::class_<attn::TuningStatus>(m, "TuningStatus")
       .def_ro("loaded", &attn::TuningStatus::loaded)

@@ -24,9 +24,11 @@ double HalfValue(uint16_t bits) {
 // Element `index` of a tensor of type `type`, exactly, in double. Decoded
 // here from the bit patterns' definition (binary16 above; bfloat16: the
 // upper half of a binary32; ggml's q8_0: blocks of 34 bytes, a
-// little-endian binary16 scale then 32 int8, element = int8 · scale), not
-// with the kernels' conversions. For q8_0, `index` counts elements from
-// the start of a row of whole blocks (strides are multiples of 32).
+// little-endian binary16 scale then 32 int8, element = int8 · scale;
+// ggml's q4_0: blocks of 18 bytes, the scale then 16 bytes of nibbles,
+// element = (nibble - 8) · scale), not with the kernels' conversions. For
+// a block type, `index` counts elements from the start of a row of whole
+// blocks (strides are multiples of 32).
 double Element(const void* data, DType type, int64_t index) {
   if (type == DType::kF32) return double(static_cast<const float*>(data)[index]);
   if (type == DType::kQ8_0) {
@@ -35,6 +37,13 @@ double Element(const void* data, DType type, int64_t index) {
     const int byte = block[2 + index % 32];
     const int q = byte < 128 ? byte : byte - 256;  // two's complement int8
     return double(q) * HalfValue(scale_bits);
+  }
+  if (type == DType::kQ4_0) {  // 18 bytes: the scale, then nibbles, low ones first
+    const unsigned char* block = static_cast<const unsigned char*>(data) + index / 32 * 18;
+    const uint16_t scale_bits = uint16_t(block[0] | (block[1] << 8));
+    const int c = int(index % 32);
+    const int nibble = c < 16 ? block[2 + c] % 16 : block[2 + c - 16] / 16;
+    return double(nibble - 8) * HalfValue(scale_bits);
   }
   const uint16_t bits = static_cast<const uint16_t*>(data)[index];
   const double sign = (bits & 0x8000u) ? -1.0 : 1.0;
@@ -48,10 +57,11 @@ double Element(const void* data, DType type, int64_t index) {
   return HalfValue(bits);
 }
 
-// Pointer to element `offset` of a tensor of type `type` (q8_0: `offset`
-// is a multiple of 32, i.e. offset / 32 blocks of 34 bytes).
+// Pointer to element `offset` of a tensor of type `type` (q8_0, q4_0:
+// `offset` is a multiple of 32, i.e. offset / 32 blocks of 34 or 18 bytes).
 const void* Advance(const void* data, DType type, int64_t offset) {
   if (type == DType::kQ8_0) return static_cast<const char*>(data) + offset / 32 * 34;
+  if (type == DType::kQ4_0) return static_cast<const char*>(data) + offset / 32 * 18;
   return static_cast<const char*>(data) + offset * (type == DType::kF32 ? 4 : 2);
 }
 

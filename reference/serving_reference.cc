@@ -6,13 +6,20 @@ namespace attn::reference {
 namespace {
 
 // Element i of a typed buffer as float (exact), by the public conversions
-// (q8_0: int8 · binary16 scale of block i / 32, exact in float).
+// (q8_0: int8 · binary16 scale of block i / 32; q4_0: (nibble - 8) ·
+// scale, the low nibbles first; exact in float).
 float Load(const void* data, DType type, int64_t i) {
   if (type == DType::kF32) return static_cast<const float*>(data)[i];
   if (type == DType::kQ8_0) {
     const unsigned char* block = static_cast<const unsigned char*>(data) + i / 32 * 34;
     const float scale = FromFloat16Bits(uint16_t(block[0] | (block[1] << 8)));
     return float(static_cast<signed char>(block[2 + i % 32])) * scale;
+  }
+  if (type == DType::kQ4_0) {
+    const unsigned char* block = static_cast<const unsigned char*>(data) + i / 32 * 18;
+    const float scale = FromFloat16Bits(uint16_t(block[0] | (block[1] << 8)));
+    const int c = int(i % 32);
+    return float((c < 16 ? block[2 + c] & 15 : block[2 + c - 16] >> 4) - 8) * scale;
   }
   const uint16_t bits = static_cast<const uint16_t*>(data)[i];
   return type == DType::kBF16 ? FromBFloat16Bits(bits) : FromFloat16Bits(bits);
@@ -26,7 +33,9 @@ float RoundTo(DType type, float x) {
 }
 
 const void* At(const void* data, DType type, int64_t offset) {
-  if (type == DType::kQ8_0) return static_cast<const char*>(data) + offset / 32 * 34;
+  if (type == DType::kQ8_0 || type == DType::kQ4_0) {
+    return static_cast<const char*>(data) + offset / 32 * DTypeBlockBytes(type);
+  }
   return static_cast<const char*>(data) + offset * DTypeSize(type);
 }
 
@@ -157,14 +166,21 @@ std::vector<float> GatherPagedKeys(const PagedProblem& p, int64_t b, bool values
       const int64_t i = cu_new[size_t(b)] + (t - cached);
       const void* start = At(fresh.data, fresh.dtype, i * fresh.token_stride + g * fresh.head_stride);
       for (int64_t c = 0; c < cols; ++c) row[size_t(c)] = Load(start, fresh.dtype, c);
-      if (pool.dtype == DType::kQ8_0 && fresh.dtype != DType::kQ8_0) {
-        // Quantised as the pool stores it (QuantizeQ8_0, tested on its own
-        // against ggml's reference values in tests/q8_test.cc), then read back.
-        QuantizeQ8_0(row.data(), cols, blocks.data());
-        DequantizeQ8_0(blocks.data(), cols, row.data());
+      const bool blocks_pool = pool.dtype == DType::kQ8_0 || pool.dtype == DType::kQ4_0;
+      if (blocks_pool && fresh.dtype != pool.dtype) {
+        // Quantised as the pool stores it (QuantizeQ8_0 / QuantizeQ4_0,
+        // tested on their own against ggml's reference values in
+        // tests/quant_kv_test.cc and tests/q4_test.cc), then read back.
+        if (pool.dtype == DType::kQ8_0) {
+          QuantizeQ8_0(row.data(), cols, blocks.data());
+          DequantizeQ8_0(blocks.data(), cols, row.data());
+        } else {
+          QuantizeQ4_0(row.data(), cols, blocks.data());
+          DequantizeQ4_0(blocks.data(), cols, row.data());
+        }
       }
       for (int64_t c = 0; c < cols; ++c) {
-        key[c] = pool.dtype == DType::kQ8_0 ? row[size_t(c)] : RoundTo(pool.dtype, row[size_t(c)]);
+        key[c] = blocks_pool ? row[size_t(c)] : RoundTo(pool.dtype, row[size_t(c)]);
       }
     }
   return keys;

@@ -16,7 +16,7 @@
 // before the files that include them, then the reverse of the kernels'
 // order (the decode walks pull in softmax-inl.h and microkernels-inl.h
 // themselves; later includes are no-ops by the per-target include guards).
-#include "kernels/decode/q8_passes-inl.h"
+#include "kernels/decode/quant_passes-inl.h"
 #include "kernels/decode/row-inl.h"
 #include "kernels/decode/pipelined-inl.h"
 #include "kernels/decode/tiled-inl.h"

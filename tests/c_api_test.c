@@ -367,6 +367,61 @@ static void test_q8_0(void) {
         attn_last_error());
 }
 
+/* ggml's q4_0 blocks through the C API: the quantiser on a block worked out
+ * by hand (max 8: d = -1, nibble = trunc(8.5 - x), element 16 in byte 0's
+ * high nibble), and a decode over q4_0 K and V against the same problem
+ * on the float32 values the blocks decode to. */
+static void test_q4_0(void) {
+  float block[32] = {8.0f, -4.0f, 2.0f, -7.9f};
+  block[16] = -2.0f;
+  unsigned char bytes[18];
+  CHECK(attn_quantize_q4_0(block, 32, bytes) == ATTN_OK, "quantize: %s", attn_last_error());
+  CHECK(bytes[0] == 0x00 && bytes[1] == 0xBC && bytes[2] == 0xA0 && bytes[3] == 0x8C &&
+            bytes[4] == 0x86 && bytes[5] == 0x8F && bytes[17] == 0x88,
+        "q4_0 bytes %02x %02x %02x %02x %02x %02x", bytes[0], bytes[1], bytes[2], bytes[3],
+        bytes[4], bytes[5]);
+  float back[32];
+  CHECK(attn_dequantize_q4_0(bytes, 32, back) == ATTN_OK && back[0] == 8.0f &&
+            back[3] == -7.0f && back[16] == -2.0f,
+        "dequantize");
+  CHECK(attn_quantize_q4_0(block, 16, bytes) == ATTN_INVALID_ARGUMENT, "n = 16 accepted");
+
+  enum { HQ = 4, HKV = 2, T = 40, D = 64 };
+  static float qf[HQ][D], kf[HKV * T * D], vf[HKV * T * D], o4[HQ][D], o32[HQ][D];
+  static unsigned char k4[HKV * T * D / 32 * 18], v4[HKV * T * D / 32 * 18];
+  unsigned state = 7u;
+  for (float* x = &qf[0][0]; x < &qf[0][0] + HQ * D; ++x) *x = next_value(&state);
+  for (int i = 0; i < HKV * T * D; ++i) kf[i] = next_value(&state), vf[i] = next_value(&state);
+  CHECK(attn_quantize_q4_0(kf, HKV * T * D, k4) == ATTN_OK, "quantize K");
+  CHECK(attn_quantize_q4_0(vf, HKV * T * D, v4) == ATTN_OK, "quantize V");
+  attn_problem_t p;
+  attn_problem_init(&p);
+  p.q_heads = HQ;
+  p.kv_heads = HKV;
+  p.q_len = 1;
+  p.kv_len = T;
+  p.head_dim = D;
+  p.q = (attn_tensor_t){&qf[0][0], HQ * D, D, D, ATTN_F32};
+  p.k = (attn_tensor_t){k4, HKV * T * D, T * D, D, ATTN_Q4_0};
+  p.v = (attn_tensor_t){v4, HKV * T * D, T * D, D, ATTN_Q4_0};
+  p.out = (attn_out_tensor_t){&o4[0][0], HQ * D, D, D, ATTN_F32};
+  CHECK(attn_attention(&p, NULL) == ATTN_OK, "q4_0 decode: %s", attn_last_error());
+  CHECK(attn_dequantize_q4_0(k4, HKV * T * D, kf) == ATTN_OK, "dequantize K");
+  CHECK(attn_dequantize_q4_0(v4, HKV * T * D, vf) == ATTN_OK, "dequantize V");
+  p.k = (attn_tensor_t){kf, HKV * T * D, T * D, D, ATTN_F32};
+  p.v = (attn_tensor_t){vf, HKV * T * D, T * D, D, ATTN_F32};
+  p.out = (attn_out_tensor_t){&o32[0][0], HQ * D, D, D, ATTN_F32};
+  CHECK(attn_attention(&p, NULL) == ATTN_OK, "f32 decode: %s", attn_last_error());
+  double worst = 0.0;
+  for (int h = 0; h < HQ; ++h)
+    for (int c = 0; c < D; ++c) worst = fmax(worst, fabs((double)o4[h][c] - o32[h][c]));
+  /* The same values in float32, summed in another order: a few ulps. */
+  CHECK(worst < 1e-5, "q4_0 decode off by %g from its values in f32", worst);
+  p.q.dtype = ATTN_Q4_0;
+  CHECK(attn_attention(&p, NULL) == ATTN_INVALID_ARGUMENT, "q4_0 Q accepted");
+  CHECK(strstr(attn_last_error(), "q.dtype") != NULL, "message: %s", attn_last_error());
+}
+
 static void test_tuning_file_errors_are_statuses(void) {
   /* A missing file is ignored by the library (defaults stay): a status and a
    * message naming the path, never a crash or an exception. */
@@ -493,6 +548,7 @@ int main(void) {
   test_dot_path();
   test_score_modifiers();
   test_q8_0();
+  test_q4_0();
   test_tuning_file_errors_are_statuses();
   CHECK(strlen(attn_version()) > 0, "empty version");
   CHECK(strlen(attn_current_target()) > 0, "empty target");

@@ -79,7 +79,7 @@ std::vector<Shape> DecodeShapes() {
     shapes.push_back(masked);
   }
   // q8_0 K and V: the row walk where d = d_v (a multiple of 32, at most 8
-  // vectors), the q8_0 tiled passes otherwise (kernels/decode/q8_passes-inl.h).
+  // vectors), the q8_0 tiled passes otherwise (kernels/decode/quant_passes-inl.h).
   for (int64_t tk : {1, 3, 37, 300, 1100}) {
     for (int64_t d : {64, 128}) {
       Shape s;
@@ -97,7 +97,7 @@ std::vector<Shape> DecodeShapes() {
   // Views of 2-4 rows (GQA groups of 2, 3 and 4 query heads; 3 causal
   // query rows of one head, each with its own last key): the row walk's
   // group form where d = d_v (at most 8 vectors).
-  for (DType kv : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0}) {
+  for (DType kv : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0, DType::kQ4_0}) {
     for (int64_t tk : {3, 37, 300, 1100}) {
       for (int64_t group : {2, 3, 4}) {
         Shape s;
@@ -345,6 +345,8 @@ TEST(DecodeWalks, TheTableTakesEachViewByItsRules) {
   EXPECT_EQ(choose(view(1, 256)), "pipelined");      // 16 vectors: beyond the row walk
   EXPECT_EQ(choose(view(1, 128, DType::kQ8_0)), "row");
   EXPECT_EQ(choose(view(2, 128, DType::kQ8_0)), "tiled");
+  EXPECT_EQ(choose(view(1, 128, DType::kQ4_0)), "tiled");  // no q4_0 row loader
+  EXPECT_EQ(choose(view(1, 128, DType::kQ4_0), DecodeWalk::kPipelined), "tiled");
   internal::DecodeView strided = view(2, 64);
   strided.rows_adjacent = false;  // token-major: a view's rows are kv_heads·d apart
   EXPECT_EQ(choose(strided), "tiled");

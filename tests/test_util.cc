@@ -46,6 +46,47 @@ float DecodeQ8_0ForTest(const uint8_t* blocks, int64_t i) {
   return float(static_cast<int8_t>(block[2 + i % 32])) * scale;
 }
 
+float DecodeQ4_0ForTest(const uint8_t* blocks, int64_t i) {
+  const uint8_t* block = blocks + i / 32 * 18;
+  const float scale = FromFloat16Bits(uint16_t(block[0] | (block[1] << 8)));
+  const int64_t c = i % 32;
+  const int nibble = c < 16 ? block[2 + c] & 0x0f : block[2 + c - 16] >> 4;
+  return float(nibble - 8) * scale;
+}
+
+float DecodeBlockForTest(DType type, const uint8_t* blocks, int64_t i) {
+  return type == DType::kQ4_0 ? DecodeQ4_0ForTest(blocks, i) : DecodeQ8_0ForTest(blocks, i);
+}
+
+void QuantizeQ4_0ForTest(const float* x, int64_t n, uint8_t* out) {
+  for (int64_t b = 0; b < n / 32; ++b) {
+    const float* xb = x + b * 32;
+    uint8_t* block = out + b * 18;
+    float amax = 0.0f, max = 0.0f;
+    for (int j = 0; j < 32; ++j) {
+      if (std::fabs(xb[j]) > amax) {
+        amax = std::fabs(xb[j]);
+        max = xb[j];
+      }
+    }
+    const float d = max / -8.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t bits = Float16Bits(d);
+    block[0] = uint8_t(bits & 0xff);
+    block[1] = uint8_t(bits >> 8);
+    for (int j = 0; j < 16; ++j) {
+      const int lo = std::min(15, int(xb[j] * id + 8.5f));
+      const int hi = std::min(15, int(xb[16 + j] * id + 8.5f));
+      block[2 + j] = uint8_t(lo | (hi << 4));
+    }
+  }
+}
+
+void QuantizeBlocksForTest(DType type, const float* x, int64_t n, uint8_t* out) {
+  if (type == DType::kQ4_0) return QuantizeQ4_0ForTest(x, n, out);
+  QuantizeForTest(x, n, out);
+}
+
 void QuantizeForTest(const float* x, int64_t n, uint8_t* out) {
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* xb = x + b * 32;
@@ -66,6 +107,7 @@ float ElementAt(const ConstTensor& t, int64_t offset) {
     case DType::kBF16: return FromBFloat16Bits(static_cast<const uint16_t*>(t.data)[offset]);
     case DType::kF16: return FromFloat16Bits(static_cast<const uint16_t*>(t.data)[offset]);
     case DType::kQ8_0: return DecodeQ8_0ForTest(static_cast<const uint8_t*>(t.data), offset);
+    case DType::kQ4_0: return DecodeQ4_0ForTest(static_cast<const uint8_t*>(t.data), offset);
     case DType::kF32: break;
   }
   return static_cast<const float*>(t.data)[offset];
@@ -82,30 +124,33 @@ void RoundTo(DType type, std::vector<float>& values, std::vector<uint16_t>& bits
     values[i] = type == DType::kBF16 ? FromBFloat16Bits(bits[i]) : FromFloat16Bits(bits[i]);
   }
 }
-// q8_0: `values` (whole blocks; padding blocks NaN) quantised into
-// `blocks`, the padding blocks given a NaN scale (a kernel that reads one
-// fails the comparison), and `values` replaced by what the bytes decode to.
-void QuantizeTo(std::vector<float>& values, std::vector<uint8_t>& blocks) {
-  const size_t n = values.size();
-  blocks.assign(n / 32 * 34, 0);
+// A block type (q8_0, q4_0): `values` (whole blocks; padding blocks NaN)
+// quantised into `blocks`, the padding blocks given a NaN scale (a kernel
+// that reads one fails the comparison), and `values` replaced by what the
+// bytes decode to.
+void QuantizeTo(DType type, std::vector<float>& values, std::vector<uint8_t>& blocks) {
+  const size_t n = values.size(), bytes = size_t(DTypeBlockBytes(type));
+  blocks.assign(n / 32 * bytes, 0);
   for (size_t b = 0; b < n / 32; ++b) {
     const bool padding = std::isnan(values[b * 32]);
-    uint8_t* block = blocks.data() + b * 34;
+    uint8_t* block = blocks.data() + b * bytes;
     if (padding) {
       block[0] = 0x00;  // binary16 0x7e00: NaN
       block[1] = 0x7e;
-      std::fill(block + 2, block + 34, uint8_t(0x7f));
+      std::fill(block + 2, block + bytes, uint8_t(0x7f));
       continue;
     }
-    QuantizeForTest(values.data() + b * 32, 32, block);
-    for (size_t j = 0; j < 32; ++j) values[b * 32 + j] = DecodeQ8_0ForTest(blocks.data(), b * 32 + j);
+    QuantizeBlocksForTest(type, values.data() + b * 32, 32, block);
+    for (size_t j = 0; j < 32; ++j) {
+      values[b * 32 + j] = DecodeBlockForTest(type, blocks.data(), int64_t(b * 32 + j));
+    }
   }
 }
 // The tensor's data: the 16-bit bits when its type is bf16 / f16, the
-// blocks for q8_0.
+// blocks for a block type.
 void* DataOf(DType type, std::vector<float>& f32, std::vector<uint16_t>& bits,
              std::vector<uint8_t>* blocks = nullptr) {
-  if (type == DType::kQ8_0) return blocks->data();
+  if (type == DType::kQ8_0 || type == DType::kQ4_0) return blocks->data();
   return type == DType::kF32 ? static_cast<void*>(f32.data()) : static_cast<void*>(bits.data());
 }
 }  // namespace
@@ -145,15 +190,16 @@ OwnedProblem MakeProblem(const Shape& s) {
        {std::tuple<DType, int64_t, std::vector<float>*, std::vector<uint8_t>*, std::vector<uint16_t>*>{
             s.k_type, s.d, &o.k, &o.k8, &o.k16},
         {s.v_type, dv, &o.v, &o.v8, &o.v16}}) {
-    if (type != DType::kQ8_0) {
+    if (type != DType::kQ8_0 && type != DType::kQ4_0) {
       RoundTo(type, *values, *bits);
       continue;
     }
     // Whole blocks only (the shape's own mistake otherwise, not the kernel's).
     if (cols % 32 != 0 || s.row_padding % 32 != 0) {
-      ADD_FAILURE() << "a q8_0 tensor needs d, dv and row_padding multiples of 32: " << s.Name();
+      ADD_FAILURE() << "a block-type tensor needs d, dv and row_padding multiples of 32: "
+                    << s.Name();
     }
-    QuantizeTo(*values, *blocks);
+    QuantizeTo(type, *values, *blocks);
   }
   RoundTo(s.out_type, o.out, o.out16);
 

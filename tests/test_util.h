@@ -26,9 +26,9 @@ struct Shape {
   int64_t row_padding = 0;      // extra elements after every row of Q, K, V, O
   uint64_t seed = 1;
   // Element types. A 16-bit tensor holds the random float values rounded to
-  // it (the reference reads the rounded values); a q8_0 K or V (d, dv and
-  // row_padding multiples of 32) holds them quantised by ggml's rule
-  // (QuantizeForTest), its padding blocks filled with NaN scales.
+  // it (the reference reads the rounded values); a q8_0 or q4_0 K or V (d,
+  // dv and row_padding multiples of 32) holds them quantised by ggml's rule
+  // (QuantizeBlocksForTest), its padding blocks filled with NaN scales.
   DType q_type = DType::kF32, k_type = DType::kF32, v_type = DType::kF32,
         out_type = DType::kF32;
   std::string Name() const;
@@ -37,7 +37,7 @@ inline void PrintTo(const Shape& s, std::ostream* os) { *os << s.Name(); }
 
 // A problem with its own buffers (the Problem points into them): q, k, v,
 // out for float32 tensors, the *16 buffers (bit patterns) for bf16 / f16,
-// the *8 buffers (ggml's blocks) for a q8_0 K / V; q, k, v then hold the
+// the *8 buffers (ggml's blocks) for a q8_0 or q4_0 K / V; q, k, v then hold the
 // values those bytes decode to.
 struct OwnedProblem {
   Shape shape;
@@ -63,11 +63,22 @@ float ElementAt(const ConstTensor& t, int64_t offset);
 // ggml's quantize_row_q8_0_ref, written here from its definition for
 // making test inputs (n a multiple of 32; x finite): per block of 32,
 // amax = max |x|, d = amax / 127, q = roundf(x / d) (x · (1 / d)), d
-// stored as binary16. tests/q8_test.cc checks attn::QuantizeQ8_0 against
+// stored as binary16. tests/quant_kv_test.cc checks attn::QuantizeQ8_0 against
 // values computed by hand, not against this.
 void QuantizeForTest(const float* x, int64_t n, uint8_t* out);
 // Element i of q8_0 blocks, decoded from the layout (binary16 scale, int8).
 float DecodeQ8_0ForTest(const uint8_t* blocks, int64_t i);
+// ggml's quantize_row_q4_0_ref, written here from its definition: per block
+// of 32, max = the value of largest |x| (the first), d = max / -8, nibble =
+// min(15, trunc(x · (1 / d) + 8.5)), elements 0-15 in the low nibbles, d
+// stored as binary16. tests/q4_test.cc checks attn::QuantizeQ4_0 against
+// values computed by hand, not against this.
+void QuantizeQ4_0ForTest(const float* x, int64_t n, uint8_t* out);
+// Element i of q4_0 blocks, decoded from the layout (binary16 scale, nibbles).
+float DecodeQ4_0ForTest(const uint8_t* blocks, int64_t i);
+// The two above for a block type (kQ8_0 or kQ4_0).
+void QuantizeBlocksForTest(DType type, const float* x, int64_t n, uint8_t* out);
+float DecodeBlockForTest(DType type, const uint8_t* blocks, int64_t i);
 
 // Largest |out - ref| over all outputs (read through the problem's strides)
 // and over lse. NaN in both counts as equal; NaN in one only, or a mismatch

@@ -101,10 +101,11 @@ GATED_KERNELS = ["naive", "blocked", "streaming", "parallel", "auto"]
 # code that afternoon got 7.6 GB/s whenever the host's other tenants held the
 # L3: a 49% "regression" with no code change that failed CI in 2 of 3 runs.
 DECODE = "decode/Hq:32/Hkv:8/Tk:32768/d:128"
-# The same step over a 16-bit (f16) and an 8-bit (q8_0) cache: the widening
-# and the dequantising run inside the kernels' inner loops, so a slowdown of
-# either shows only in these rows (128 and 68 MiB, still from memory).
-DECODE_CACHES = ["", "/kv:f16", "/kv:q8_0"]
+# The same step over a 16-bit (f16), an 8-bit (q8_0) and a 4-bit (q4_0)
+# cache: the widening and the dequantising run inside the kernels' inner
+# loops, so a slowdown of either shows only in these rows (128, 68 and 36
+# MiB, still from memory).
+DECODE_CACHES = ["", "/kv:f16", "/kv:q8_0", "/kv:q4_0"]
 
 
 def subset():

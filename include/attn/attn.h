@@ -40,18 +40,26 @@ enum class DType : int {
   // blocks): an offset of e elements is e / 32 · 34 bytes (DTypeBytes).
   // Q and O can never be q8_0 (attn::Error naming q.dtype / out.dtype).
   kQ8_0 = 3,
+  // ggml's q4_0 (llama.cpp's 4-bit KV cache, `--cache-type-k q4_0`), for K
+  // and V only, in blocks of 32 as q8_0: each 18 bytes, an IEEE binary16
+  // scale d (little-endian) followed by 16 bytes whose low nibbles hold
+  // elements 0-15 and high nibbles elements 16-31; element i is
+  // (n_i - 8) · d for its nibble n_i in 0..15 (exact in float32). Row
+  // lengths and strides as for q8_0 (multiples of 32; an offset of e
+  // elements is e / 32 · 18 bytes).
+  kQ4_0 = 4,
 };
-// "f32", "bf16", "f16", "q8_0"; "?" for a value outside the enum.
+// "f32", "bf16", "f16", "q8_0", "q4_0"; "?" for a value outside the enum.
 const char* DTypeName(DType type);
-// Parses "f32", "bf16", "f16" or "q8_0" (also "float32", "bfloat16",
+// Parses "f32", "bf16", "f16", "q8_0" or "q4_0" (also "float32", "bfloat16",
 // "float16"); throws Error (field "dtype") naming the accepted names.
 DType ParseDType(const std::string& name);
-// Bytes per element: 4 or 2; 0 for q8_0, whose elements come in blocks
+// Bytes per element: 4 or 2; 0 for q8_0 and q4_0, whose elements come in blocks
 // (DTypeBlockBytes), and for a value outside the enum.
 int DTypeSize(DType type);
 // The storage unit of a type: DTypeBlockElements elements in
 // DTypeBlockBytes bytes. 1 element in 4 or 2 bytes for f32 / bf16 / f16;
-// 32 in 34 for q8_0 (0 and 0 outside the enum).
+// 32 in 34 for q8_0, 32 in 18 for q4_0 (0 and 0 outside the enum).
 int DTypeBlockElements(DType type);
 int DTypeBlockBytes(DType type);
 // Bytes of `elements` consecutive elements (a multiple of
@@ -70,6 +78,16 @@ void QuantizeQ8_0(const float* x, int64_t n, void* out);
 // The values of n elements of q8_0 blocks (n a multiple of 32, Error field
 // "n"): out[i] = q[i] · s, exactly.
 void DequantizeQ8_0(const void* blocks, int64_t n, float* out);
+// ggml's q4_0 quantiser, exactly its reference (quantize_row_q4_0_ref): for
+// each block of 32 values, max = the value of largest magnitude (the first
+// of ties), d = max / -8, n[i] = min(15, trunc(x[i] · (1 / d) + 8.5)) (0..15;
+// 8 when d is 0), d stored rounded to binary16 (to nearest even). Errors
+// as QuantizeQ8_0's, the scale bound |max| < 65520 · 8; `out` receives
+// n / 32 · 18 bytes, nothing when an Error is thrown.
+void QuantizeQ4_0(const float* x, int64_t n, void* out);
+// The values of n elements of q4_0 blocks (n a multiple of 32, Error field
+// "n"): out[i] = (n_i - 8) · d, exactly.
+void DequantizeQ4_0(const void* blocks, int64_t n, float* out);
 
 // Conversions between float and the 16-bit types' bit patterns, as the
 // kernels do them: widening is exact; narrowing rounds to nearest, ties to

@@ -60,7 +60,12 @@ typedef enum attn_dtype_t {
    * in 34 bytes, a binary16 scale then 32 int8). Rows (head_dim, value_dim)
    * and strides are multiples of 32 elements; an offset of e elements is
    * e / 32 * 34 bytes. */
-  ATTN_Q8_0 = 3
+  ATTN_Q8_0 = 3,
+  /** ggml's q4_0 blocks, K and V only (llama.cpp's block_q4_0: 32 elements
+   * in 18 bytes, a binary16 scale d then 16 bytes, low nibbles elements
+   * 0-15, high nibbles 16-31, each (n - 8) * d). Rows and strides as q8_0's;
+   * an offset of e elements is e / 32 * 18 bytes. */
+  ATTN_Q4_0 = 4
 } attn_dtype_t;
 
 /** Read-only tensor [batch, heads, rows, cols], cols contiguous, of element
@@ -199,6 +204,14 @@ attn_status_t attn_quantize_q8_0(const float* x, int64_t n, void* out);
 /** The values of n elements (a multiple of 32) of q8_0 blocks: out[i] =
  * int8 * scale, exactly. */
 attn_status_t attn_dequantize_q8_0(const void* blocks, int64_t n, float* out);
+/** ggml's q4_0 quantiser (attn::QuantizeQ4_0, its quantize_row_q4_0_ref):
+ * n floats (a multiple of 32, finite, each block's max |x| / 8 within
+ * binary16's range) into n / 32 * 18 bytes at out. Nothing is written on
+ * any status other than ATTN_OK. */
+attn_status_t attn_quantize_q4_0(const float* x, int64_t n, void* out);
+/** The values of n elements (a multiple of 32) of q4_0 blocks: out[i] =
+ * (nibble - 8) * scale, exactly. */
+attn_status_t attn_dequantize_q4_0(const void* blocks, int64_t n, float* out);
 
 /* ---- Serving calls: variable-length batches and paged KV caches ----------
  * The C forms of attn::VarlenProblem / attn::PagedProblem (attn/serving.h,

@@ -112,54 +112,114 @@ inline void QuantizeQ8_0Block(const float* x, void* out) {
     block[2 + j] = static_cast<unsigned char>(static_cast<int8_t>(std::roundf(x[j] * id)));
   }
 }
-// Whether QuantizeQ8_0Block may take x[0..31]: every value finite and the
-// scale amax / 127 finite once rounded to binary16 (below 65520). Returns
-// the index of the first value that breaks it, or -1.
-inline int64_t Q8_0BlockUnfit(const float* x) {
+// Whether a block quantiser with scale amax / divisor may take x[0..31]:
+// every value finite and the scale finite once rounded to binary16 (below
+// 65520). Returns the index of the first value that breaks it, or -1.
+inline int64_t BlockUnfit(const float* x, float divisor) {
   float amax = 0.0f;
   int64_t at = -1;
-  for (int64_t j = 0; j < kQ8_0BlockElements; ++j) {
+  for (int64_t j = 0; j < 32; ++j) {
     if (!std::isfinite(x[j])) return j;
     if (std::fabs(x[j]) > amax) {
       amax = std::fabs(x[j]);
       at = j;
     }
   }
-  return (F16FromFloat(amax / 127.0f) & 0x7fffu) == 0x7c00u ? at : -1;
+  return (F16FromFloat(amax / divisor) & 0x7fffu) == 0x7c00u ? at : -1;
+}
+// QuantizeQ8_0Block's scale is amax / 127.
+inline int64_t Q8_0BlockUnfit(const float* x) { return BlockUnfit(x, 127.0f); }
+
+// ggml's q4_0 blocks (attn.h DType::kQ4_0): 32 elements in 18 bytes, the
+// binary16 scale d first, then 16 bytes whose low nibbles are elements
+// 0-15 and high nibbles elements 16-31, each n - 8 (n in 0..15) times d.
+inline constexpr int64_t kQ4_0BlockElements = 32;
+inline constexpr int64_t kQ4_0BlockBytes = 18;
+
+// Element c (0..31) of the q4_0 block at `block`, as n - 8.
+inline int Q4_0Int(const unsigned char* block, int64_t c) {
+  const unsigned char byte = block[2 + c % 16];
+  return (c < 16 ? (byte & 0xF) : (byte >> 4)) - 8;
+}
+// Element i of the q4_0 row at base: (n - 8) · d of block i / 32 (exact:
+// 4 x 11 significant bits).
+inline float LoadQ4_0Element(const void* base, int64_t i) {
+  const unsigned char* block =
+      static_cast<const unsigned char*>(base) + (i / kQ4_0BlockElements) * kQ4_0BlockBytes;
+  return float(Q4_0Int(block, i % kQ4_0BlockElements)) * Q8_0Scale(block);
 }
 
-// Element i of a tensor of type t at base (i in elements; for q8_0, the
-// row's blocks start at base).
+// ggml's MIN(15, (int8_t)t) for t = x · id + 8.5: t is in [0, 16.5] for
+// finite blocks (|x · id| <= 8 up to rounding), truncated, at most 15. Only
+// where 1 / d overflows (every |x| below 2^-125) is t infinite or NaN, a
+// conversion C leaves undefined; x86's truncation (as ggml runs there)
+// gives 0 for it, and so does this.
+inline int Q4_0Nibble(float t) { return std::isfinite(t) ? std::min(15, int(t)) : 0; }
+
+// One block of ggml's quantize_row_q4_0_ref (attn.h QuantizeQ4_0): x[0..31]
+// into the 18 bytes at out. The caller has checked that x is finite and the
+// scale within binary16's range (Q4_0BlockUnfit).
+inline void QuantizeQ4_0Block(const float* x, void* out) {
+  float amax = 0.0f, max = 0.0f;  // the value of largest magnitude, the first of ties
+  for (int64_t j = 0; j < kQ4_0BlockElements; ++j) {
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  const float d = max / -8.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  unsigned char* block = static_cast<unsigned char*>(out);
+  const uint16_t bits = F16FromFloat(d);
+  std::memcpy(block, &bits, sizeof bits);
+  for (int64_t j = 0; j < 16; ++j) {
+    block[2 + j] = static_cast<unsigned char>(Q4_0Nibble(x[j] * id + 8.5f) |
+                                              (Q4_0Nibble(x[16 + j] * id + 8.5f) << 4));
+  }
+}
+// QuantizeQ4_0Block's scale is |max| / 8 = amax / 8.
+inline int64_t Q4_0BlockUnfit(const float* x) { return BlockUnfit(x, 8.0f); }
+
+// Whether t comes in blocks of 32 with a binary16 scale (q8_0, q4_0): K and
+// V only, rows and offsets in whole blocks.
+inline bool IsBlockType(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
+
+// Element i of a tensor of type t at base (i in elements; for a block type,
+// the row's blocks start at base).
 inline float LoadElement(const void* base, DType t, int64_t i) {
   switch (t) {
     case DType::kBF16: return FloatFromBF16(static_cast<const uint16_t*>(base)[i]);
     case DType::kF16: return FloatFromF16(static_cast<const uint16_t*>(base)[i]);
     case DType::kQ8_0: return LoadQ8_0Element(base, i);
+    case DType::kQ4_0: return LoadQ4_0Element(base, i);
     case DType::kF32: break;
   }
   return static_cast<const float*>(base)[i];
 }
 
-// Element i of an output of type t (float32, bf16, f16). q8_0 is never an
-// output (validation rejects it): its blocks are written whole, by
-// QuantizeQ8_0Block.
+// Element i of an output of type t (float32, bf16, f16). A block type is
+// never an output (validation rejects it): its blocks are written whole, by
+// QuantizeQ8_0Block / QuantizeQ4_0Block.
 inline void StoreElement(void* base, DType t, int64_t i, float value) {
   switch (t) {
     case DType::kBF16: static_cast<uint16_t*>(base)[i] = BF16FromFloat(value); return;
     case DType::kF16: static_cast<uint16_t*>(base)[i] = F16FromFloat(value); return;
-    case DType::kQ8_0: return;
+    case DType::kQ8_0:
+    case DType::kQ4_0: return;
     case DType::kF32: break;
   }
   static_cast<float*>(base)[i] = value;
 }
 
 // Bytes of `elements` consecutive elements of type t (attn::DTypeBytes,
-// inline): 4 or 2 an element, or elements / 32 · 34 for q8_0 (elements a
-// multiple of 32, as validation guarantees for every row offset).
+// inline): 4 or 2 an element, or elements / 32 · 34 for q8_0 and · 18 for
+// q4_0 (elements a multiple of 32, as validation guarantees for every row
+// offset).
 inline int64_t BytesOf(DType t, int64_t elements) {
   switch (t) {
     case DType::kF32: return elements * 4;
     case DType::kQ8_0: return elements / kQ8_0BlockElements * kQ8_0BlockBytes;
+    case DType::kQ4_0: return elements / kQ4_0BlockElements * kQ4_0BlockBytes;
     case DType::kBF16:
     case DType::kF16: break;
   }

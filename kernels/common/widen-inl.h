@@ -20,7 +20,9 @@
 // float32 and its binary16 scale broadcast, and q · scale is exact in
 // float32 (8 x 11 significant bits), so a q8_0 element, too, enters the
 // float32 arithmetic as exactly the value the reference decodes; WidenRows
-// dequantises a tile (34 bytes read per 32 elements).
+// dequantises a tile (34 bytes read per 32 elements). ggml's q4_0 blocks
+// (DType::kQ4_0, 18 bytes per 32) the same way, their nibbles less 8 as the
+// integers (Q4_0Format).
 #if defined(ATTN_KERNELS_COMMON_WIDEN_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef ATTN_KERNELS_COMMON_WIDEN_INL_H_
 #undef ATTN_KERNELS_COMMON_WIDEN_INL_H_
@@ -44,16 +46,17 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // Calls f(T()) with T the storage type of `type` as Highway's vectors see
 // it (float, hwy::bfloat16_t, hwy::float16_t): one switch per call, then
-// code templated on the type. For the element types: q8_0 blocks are never
-// passed here (Q and O cannot be q8_0; a q8_0 K or V goes through WidenRows
-// or the decode path's kernels/decode/q8_passes-inl.h).
+// code templated on the type. For the element types: block types are never
+// passed here (Q and O cannot be q8_0 or q4_0; such a K or V goes through
+// WidenRows or the decode path's kernels/decode/quant_passes-inl.h).
 template <class F>
 HWY_INLINE void WithStorageType(DType type, const F& f) {
   switch (type) {
     case DType::kBF16: return f(hwy::bfloat16_t());
     case DType::kF16: return f(hwy::float16_t());
     case DType::kF32:
-    case DType::kQ8_0: break;
+    case DType::kQ8_0:
+    case DType::kQ4_0: break;
   }
   f(float());
 }
@@ -176,7 +179,7 @@ struct Q8_0Row {};
 
 // Vector n of a row (elements n·N .. n·N + N - 1) as float32: widened
 // exactly (LoadWide), or a q8_0 row's int8 values times their block's
-// scale (exact in float32; the values kernels/decode/q8_passes-inl.h's passes compute).
+// scale (exact in float32; the values kernels/decode/quant_passes-inl.h's passes compute).
 // The decode path's row walks (kernels/decode/row-inl.h) read K and V rows with
 // it, and attn-bench's widen rows (bench/widen_probe.cc) time it.
 template <typename T>
@@ -204,29 +207,77 @@ HWY_INLINE bool Q8_0VectorsTileBlocks(D d) {
   return N <= size_t(internal::kQ8_0BlockElements) && size_t(internal::kQ8_0BlockElements) % N == 0;
 }
 
-// dst[r][c] = q8_0 element c of row r, r < rows, c < cols (cols a multiple
-// of 32; src rows src_stride elements apart, dst rows dst_stride floats).
-HWY_INLINE void DequantizeQ8_0Rows(const Q8_0Block* HWY_RESTRICT src, int64_t src_stride,
-                                   int64_t rows, int64_t cols, float* HWY_RESTRICT dst,
-                                   int64_t dst_stride) {
+// The block types as the vector loops see them: kType's blocks of 32
+// elements in kBytes bytes, a binary16 scale first (Q8_0ScaleVec reads
+// both); Ints(d, block, c) is elements c .. c + Lanes(d) - 1 of the block
+// as float32 integers (c a multiple of Lanes(d)), where VectorsTile(d)
+// (else the loops take Element, scalar).
+struct Q8_0Format {
+  static constexpr DType kType = DType::kQ8_0;
+  static constexpr int64_t kBytes = internal::kQ8_0BlockBytes;
+  template <class D>
+  static HWY_INLINE hn::Vec<D> Ints(D d, const uint8_t* HWY_RESTRICT block, int64_t c) {
+    return LoadQ8_0Ints(d, block + 2 + c);
+  }
+  template <class D>
+  static HWY_INLINE bool VectorsTile(D d) {
+    return Q8_0VectorsTileBlocks(d);
+  }
+  static float Element(const void* row, int64_t i) { return internal::LoadQ8_0Element(row, i); }
+};
+// q4_0: a vector's elements are the low (c < 16) or high nibbles of Lanes(d)
+// consecutive bytes, so a vector must lie within one half of the block.
+struct Q4_0Format {
+  static constexpr DType kType = DType::kQ4_0;
+  static constexpr int64_t kBytes = internal::kQ4_0BlockBytes;
+  template <class D>
+  static HWY_INLINE hn::Vec<D> Ints(D d, const uint8_t* HWY_RESTRICT block, int64_t c) {
+    const hn::Rebind<uint8_t, D> du8;
+    const hn::RebindToSigned<D> di32;
+    // The low nibbles for elements 0-15, the high ones for 16-31: a shift by
+    // 0 or 4, without a branch in the loops that call this per vector.
+    const auto bytes = hn::PromoteTo(di32, hn::LoadU(du8, block + 2 + c % 16));
+    const auto nibbles = hn::And(hn::ShiftRightSame(bytes, c < 16 ? 0 : 4), hn::Set(di32, 15));
+    return hn::ConvertTo(d, hn::Sub(nibbles, hn::Set(di32, 8)));
+  }
+  template <class D>
+  static HWY_INLINE bool VectorsTile(D d) {
+    const size_t N = hn::Lanes(d);
+    return N <= 16 && 16 % N == 0;
+  }
+  static float Element(const void* row, int64_t i) { return internal::LoadQ4_0Element(row, i); }
+};
+
+// Calls f(Format()) for a block type (q8_0 or q4_0).
+template <class F>
+HWY_INLINE void WithBlockFormat(DType type, const F& f) {
+  if (type == DType::kQ4_0) return f(Q4_0Format());
+  f(Q8_0Format());
+}
+
+// dst[r][c] = element c of row r of blocks of format F, r < rows, c < cols
+// (cols a multiple of 32; src rows src_stride elements apart, dst rows
+// dst_stride floats).
+template <class F>
+HWY_INLINE void DequantizeRows(const uint8_t* HWY_RESTRICT src, int64_t src_stride, int64_t rows,
+                               int64_t cols, float* HWY_RESTRICT dst, int64_t dst_stride) {
   const hn::ScalableTag<float> df;
   const int64_t N = int64_t(hn::Lanes(df));
-  const bool vectors = Q8_0VectorsTileBlocks(df);
+  constexpr int64_t kBlock = 32;
+  const bool vectors = F::VectorsTile(df);
   for (int64_t r = 0; r < rows; ++r) {
     // Strides and columns in elements, whole blocks (validation).
-    const Q8_0Block* HWY_RESTRICT row = src + r * src_stride / internal::kQ8_0BlockElements;
+    const uint8_t* HWY_RESTRICT row = src + r * src_stride / kBlock * F::kBytes;
     float* HWY_RESTRICT o = dst + r * dst_stride;
-    for (int64_t c0 = 0; c0 < cols; c0 += internal::kQ8_0BlockElements) {
-      const Q8_0Block* HWY_RESTRICT block = row + c0 / internal::kQ8_0BlockElements;
+    for (int64_t c0 = 0; c0 < cols; c0 += kBlock) {
+      const uint8_t* HWY_RESTRICT block = row + c0 / kBlock * F::kBytes;
       if (vectors) {
-        const auto scale = Q8_0ScaleVec(df, block);
-        for (int64_t c = 0; c < internal::kQ8_0BlockElements; c += N) {
-          hn::StoreU(hn::Mul(LoadQ8_0Ints(df, block->bytes + 2 + c), scale), df, o + c0 + c);
+        const auto scale = Q8_0ScaleVec(df, reinterpret_cast<const Q8_0Block*>(block));
+        for (int64_t c = 0; c < kBlock; c += N) {
+          hn::StoreU(hn::Mul(F::Ints(df, block, c), scale), df, o + c0 + c);
         }
       } else {
-        for (int64_t c = 0; c < internal::kQ8_0BlockElements; ++c) {
-          o[c0 + c] = internal::LoadQ8_0Element(block, c);
-        }
+        for (int64_t c = 0; c < kBlock; ++c) o[c0 + c] = F::Element(block, c);
       }
     }
   }
@@ -255,13 +306,16 @@ struct FloatRows {
 };
 
 // The rows [0, rows) x [0, cols) of a tensor of element type `type`: in
-// place when it is float32, else widened (q8_0: dequantised) into
+// place when it is float32, else widened (q8_0, q4_0: dequantised) into
 // `scratch` (rows x cols floats, stride cols).
 HWY_INLINE FloatRows WidenRows(const void* src, DType type, int64_t src_stride, int64_t rows,
                                int64_t cols, float* HWY_RESTRICT scratch) {
   if (type == DType::kF32) return {static_cast<const float*>(src), src_stride};
-  if (type == DType::kQ8_0) {
-    DequantizeQ8_0Rows(static_cast<const Q8_0Block*>(src), src_stride, rows, cols, scratch, cols);
+  if (internal::IsBlockType(type)) {
+    WithBlockFormat(type, [&](auto format) {
+      DequantizeRows<decltype(format)>(static_cast<const uint8_t*>(src), src_stride, rows, cols,
+                                       scratch, cols);
+    });
     return {scratch, cols};
   }
   WithStorageType(type, [&](auto tag) {

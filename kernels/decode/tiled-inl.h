@@ -22,7 +22,7 @@
 #include "kernels/common/narrow_state-inl.h"  // NarrowScratch, NarrowChunk, NarrowRowStats
 #include "kernels/common/widen-inl.h"         // WithStorageType
 #include "kernels/decode/blocks-inl.h"        // NarrowScoreTile, NarrowSoftmaxTile, NarrowMixTile
-#include "kernels/decode/q8_passes-inl.h"     // NarrowScoreTileQ8_0, NarrowMixTileQ8_0
+#include "kernels/decode/quant_passes-inl.h"  // NarrowScoreTileQuant, NarrowMixTileQuant
 #include "kernels/kernel.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -46,19 +46,21 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
   for (size_t c = 0; c < n_chunks; ++c) {
     const NarrowChunk& ch = chunks[c];
     scratch.SetScoreAt(ch.at);
-    // q8_0 K or V: q8_passes-inl.h (one branch per chunk).
-    if (h.k_type == DType::kQ8_0) {
+    // q8_0 or q4_0 K or V: quant_passes-inl.h (one branch per chunk).
+    if (internal::IsBlockType(h.k_type)) {
       // The next run's K rows, requested while this one is scored: within
       // a run the q8_0 score pass requests K ahead itself, not across runs.
       if (prefetch && ch.next_k) {
         PrefetchRows(ch.next_k, h.k_type, h.k_stride,
                      std::min(ch.next_keys, KeyPrefetchDistance(h.k_type)), h.d);
       }
-      NarrowScoreTileQ8_0<R>(scratch, row0, h.d, static_cast<const uint8_t*>(ch.k),
-                             internal::BytesOf(h.k_type, h.k_stride), ch.keys, ch.k_ahead,
-                             static_cast<const uint8_t*>(ch.v),
-                             internal::BytesOf(h.v_type, h.v_stride),
-                             internal::BytesOf(h.v_type, h.dv), prefetch);
+      WithBlockFormat(h.k_type, [&](auto format) {
+        NarrowScoreTileQuant<decltype(format), R>(
+            scratch, row0, h.d, static_cast<const uint8_t*>(ch.k),
+            internal::BytesOf(h.k_type, h.k_stride), ch.keys, ch.k_ahead,
+            static_cast<const uint8_t*>(ch.v), internal::BytesOf(h.v_type, h.v_stride),
+            internal::BytesOf(h.v_type, h.dv), prefetch);
+      });
     } else {
       WithStorageType(h.k_type, [&](auto tag) {
         using TK = decltype(tag);
@@ -73,9 +75,12 @@ HWY_INLINE void NarrowGroupTile(const internal::HeadView& h, NarrowScratch& scra
   for (size_t c = 0; c < n_chunks; ++c) {
     const NarrowChunk& ch = chunks[c];
     scratch.SetScoreAt(ch.at);
-    if (h.v_type == DType::kQ8_0) {
-      NarrowMixTileQ8_0<R>(scratch, row0, ch.keys, static_cast<const uint8_t*>(ch.v),
-                           internal::BytesOf(h.v_type, h.v_stride), h.dv);
+    if (internal::IsBlockType(h.v_type)) {
+      WithBlockFormat(h.v_type, [&](auto format) {
+        NarrowMixTileQuant<decltype(format), R>(scratch, row0, ch.keys,
+                                                static_cast<const uint8_t*>(ch.v),
+                                                internal::BytesOf(h.v_type, h.v_stride), h.dv);
+      });
     } else {
       WithStorageType(h.v_type, [&](auto tag) {
         using TV = decltype(tag);

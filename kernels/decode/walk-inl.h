@@ -114,7 +114,8 @@ class NarrowWalk {
       ch.at = j - j0;
       ch.keys = std::min(run.keys, j0 + keys - j);
       ch.k_ahead = std::min(run.keys, key_end_ - j);
-      if (h.k_type == DType::kQ8_0 && h.spans && run.keys == ch.keys && j + ch.keys < key_end_) {
+      if (internal::IsBlockType(h.k_type) && h.spans && run.keys == ch.keys &&
+          j + ch.keys < key_end_) {
         int64_t next_hint = hint_;
         const internal::KeyRun next = h.RunAt(j + ch.keys, &next_hint);
         ch.next_k = next.k;
@@ -233,7 +234,7 @@ class NarrowWalk {
           step(std::integral_constant<int, 4>());
         }
       };
-      if (h_.k_type == DType::kQ8_0) {
+      if (h_.k_type == DType::kQ8_0) {  // q4_0 never comes here (walk_table.cc)
         row_keys(Q8_0Row());
       } else {
         WithStorageType(h_.k_type, row_keys);

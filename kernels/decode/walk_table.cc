@@ -4,7 +4,7 @@
 // walks: measurements behind the kernel choices").
 #include "kernels/decode/walk_table.h"
 
-#include "kernels/common/convert.h"  // kQ8_0BlockElements
+#include "kernels/common/convert.h"  // kQ8_0BlockElements, IsBlockType
 
 namespace attn::internal {
 namespace {
@@ -59,6 +59,8 @@ const char* RowDeclines(const DecodeView& v) {
       (v.rows != 1 || n > kQ8_0BlockElements || kQ8_0BlockElements % n != 0)) {
     return "q8_0 with more than one row";
   }
+  // q4_0 rows have no row-walk loader: the tiled walk's passes take them.
+  if (v.k_type == DType::kQ4_0) return "q4_0 K and V";
   return nullptr;
 }
 
@@ -69,7 +71,7 @@ const char* PipelinedDeclines(const DecodeView& v) {
   if (!(v.rows == 1 || (v.in_run && (v.rows == 2 || v.rows == 4)))) {
     return "not one row, or a group of 2 or 4 in a run of views";
   }
-  if (!OneType(v) || v.k_type == DType::kQ8_0) return "K and V not of one 16- or 32-bit type";
+  if (!OneType(v) || IsBlockType(v.k_type)) return "K and V not of one 16- or 32-bit type";
   if (v.dv % v.float_lanes != 0) return "d_v is not whole vectors";
   return nullptr;
 }
@@ -108,8 +110,8 @@ const std::vector<DecodeWalkRow>& DecodeWalks() {
       {DecodeWalk::kPairTiled, "pair-tiled",
        "groups on a bf16 dot path: each tile's scores, weights, then mix", PairTiledDeclines},
       {DecodeWalk::kRow, "row",
-       "1, 2 or 4 rows, K and V of one type, d = d_v of 2, 4 or 8 vectors, rows adjacent: "
-       "K and V a row at a time",
+       "1, 2 or 4 rows, K and V of one type (q8_0: one row; not q4_0), d = d_v of 2, 4 or 8 "
+       "vectors, rows adjacent: K and V a row at a time",
        RowDeclines},
       {DecodeWalk::kPipelined, "pipelined",
        "one row (2 or 4 in a run of views), K and V of one 16- or 32-bit type: a tile's mix "

@@ -373,6 +373,42 @@ def q8_values(b):
     return (q * scale[..., None]).reshape(b.shape[:-1] + (b.shape[-1] // 34 * 32,))
 
 
+def q4_ggml(x):
+    """ggml's quantize_row_q4_0_ref in NumPy, written here from its rule:
+    per block of 32, max = the first value of largest |x|, d = max / -8 and
+    id = 1 / d (0 when d = 0) in float32, nibble = min(15, trunc(x * id +
+    8.5)) in float32, elements 0-15 in the low nibbles and 16-31 in the high
+    ones, d stored as float16. Returns the uint8 bytes (..., n / 32 * 18)."""
+    x = np.asarray(x, dtype=np.float32)
+    blocks = x.reshape(x.shape[:-1] + (x.shape[-1] // 32, 32))
+    first = np.argmax(np.abs(blocks), axis=-1)[..., None]  # the first of ties
+    d = (np.take_along_axis(blocks, first, axis=-1)[..., 0] / np.float32(-8)).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(d != 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    y = (blocks * inv[..., None]).astype(np.float32) + np.float32(8.5)
+    n = np.minimum(15, np.trunc(y)).astype(np.uint8)
+    packed = n[..., :16] | (n[..., 16:] << 4)
+    scale = d.astype(np.float16).view(np.uint8).reshape(d.shape + (2,))
+    out = np.concatenate([scale, packed], axis=-1)
+    return out.reshape(x.shape[:-1] + (x.shape[-1] // 32 * 18,))
+
+
+def q4_values(b):
+    """The float64 values of q4_0 bytes (..., m): (nibble - 8) times the
+    block's float16 scale, decoded here from the layout."""
+    b = np.asarray(b, dtype=np.uint8)
+    blocks = b.reshape(b.shape[:-1] + (b.shape[-1] // 18, 18))
+    scale = np.ascontiguousarray(blocks[..., :2]).view(np.float16)[..., 0].astype(np.float64)
+    nibbles = np.concatenate([blocks[..., 2:] & 15, blocks[..., 2:] >> 4], axis=-1)
+    return ((nibbles.astype(np.float64) - 8) * scale[..., None]).reshape(
+        b.shape[:-1] + (b.shape[-1] // 18 * 32,))
+
+
+# Each block type: its quantiser, the rule above, the decoder above.
+BLOCKS = {"q8_0": (lambda x: attn.quantize_q8_0(x), q8_ggml, q8_values),
+          "q4_0": (lambda x: attn.quantize_q4_0(x), q4_ggml, q4_values)}
+
+
 def test_quantize_q8_0_hand_computed_block():
     # amax 127: d = 1 (float16 0x3c00), q = roundf(x): halves away from zero.
     x = np.zeros(64, np.float32)
@@ -388,34 +424,57 @@ def test_quantize_q8_0_hand_computed_block():
     np.testing.assert_array_equal(attn.dequantize_q8_0(got), q8_values(got).astype(np.float32))
 
 
-def test_quantize_q8_0_follows_ggmls_rule(rng):
+@pytest.mark.parametrize("block,row_bytes", [("q8_0", 136), ("q4_0", 72)])
+def test_quantize_follows_ggmls_rule(rng, block, row_bytes):
+    quantize, ggml, _ = BLOCKS[block]
     x = (rng.standard_normal((3, 5, 128)) * np.array([1e-3, 1.0, 300.0])[:, None, None]).astype(np.float32)
     x[1, 2, :32] = 0.0  # a zero block
-    got = attn.quantize_q8_0(x)
-    assert got.shape == (3, 5, 136)
-    np.testing.assert_array_equal(got, q8_ggml(x))
+    x[2, 0, 32:64] *= 1e-3
+    x[2, 0, 40:42] = [-5.0, 5.0]  # a tie of the largest magnitudes (q4_0: the first is max)
+    got = quantize(x)
+    assert got.shape == (3, 5, row_bytes)
+    np.testing.assert_array_equal(got, ggml(x))
     # A strided view of x (rows of a larger array) is read in place.
     wide = np.zeros((5, 256), np.float32)
     wide[:, :128] = x[0]
-    np.testing.assert_array_equal(attn.quantize_q8_0(wide[:, :128]), q8_ggml(x[0]))
+    np.testing.assert_array_equal(quantize(wide[:, :128]), ggml(x[0]))
 
 
-@pytest.mark.parametrize("bad,match", [(np.zeros(33, np.float32), "n must be a multiple of 32"),
+def test_quantize_q4_0_hand_computed_block():
+    # max 8: d = -1 (float16 0xbc00), id = -1, nibble = trunc(8.5 - x):
+    # 8 -> 0, -4 -> 12, 2 -> 6, -7.9 -> 16 -> 15 (saturated); zeros -> 8.
+    # Element 16 (-2 -> 10) is the high nibble of byte 0.
+    x = np.zeros(64, np.float32)
+    x[:4] = [8.0, -4.0, 2.0, -7.9]
+    x[16] = -2.0
+    # Second block, all zero: d = 0 / -8 = -0 (float16 0x8000), every nibble 8.
+    got = attn.quantize_q4_0(x)
+    assert got.dtype == np.uint8 and got.shape == (36,)
+    assert list(got[:2]) == [0x00, 0xBC] and list(got[18:20]) == [0x00, 0x80]
+    assert list(got[2:6]) == [0xA0, 0x8C, 0x86, 0x8F]
+    assert list(got[20:22]) == [0x88, 0x88]
+    np.testing.assert_array_equal(attn.dequantize_q4_0(got), q4_values(got).astype(np.float32))
+
+
+@pytest.mark.parametrize("block", list(BLOCKS))
+@pytest.mark.parametrize("bad,match", [(np.zeros(48, np.float32), "n must be a multiple of 32"),
                                        (np.full(32, np.inf, np.float32), r"x\[0\] must be finite"),
+                                       (np.full(32, -np.inf, np.float32), r"x\[0\] must be finite"),
                                        (np.zeros(32, np.float64), "x must be float32")])
-def test_quantize_q8_0_errors(bad, match):
+def test_quantize_errors(block, bad, match):
     with pytest.raises((ValueError, TypeError), match=match):
-        attn.quantize_q8_0(bad)
+        BLOCKS[block][0](bad)
 
 
-def q8_case(rng, shape, kq8, vq8):
-    """(q, k, v, k_values, v_values, causal): k / v as q8_0 bytes (uint8) or
-    float32, with the values the kernels must see (float64)."""
-    def kv(x, as_q8):
-        if not as_q8:
+def q8_case(rng, shape, kq8, vq8, block="q8_0"):
+    """(q, k, v, k_values, v_values, causal): k / v as block bytes (uint8;
+    q8_0 or q4_0) or float32, with the values the kernels must see (float64)."""
+    quantize, _, values = BLOCKS[block]
+    def kv(x, as_block):
+        if not as_block:
             return x, f64(x)
-        b = attn.quantize_q8_0(np.ascontiguousarray(x))
-        return b, q8_values(b)
+        b = quantize(np.ascontiguousarray(x))
+        return b, values(b)
     if shape == "gqa_causal":
         q = rand(rng, (2, 4, 19, 64), "f32")
         k, kf = kv(rand(rng, (2, 2, 37, 64), "f32"), kq8)
@@ -438,24 +497,26 @@ def q8_case(rng, shape, kq8, vq8):
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("kq8,vq8", [(True, True), (True, False), (False, True)])
-def test_q8_0_k_and_v_every_kernel(rng, shape, kernel, kq8, vq8):
-    q, k, v, kf, vf, causal = q8_case(rng, shape, kq8, vq8)
+@pytest.mark.parametrize("block", list(BLOCKS))
+def test_block_k_and_v_every_kernel(rng, shape, kernel, kq8, vq8, block):
+    q, k, v, kf, vf, causal = q8_case(rng, shape, kq8, vq8, block)
     got = attn.attention(q, k, v, causal=causal, kernel=kernel,
-                         k_dtype="q8_0" if kq8 else None, v_dtype="q8_0" if vq8 else None)
+                         k_dtype=block if kq8 else None, v_dtype=block if vq8 else None)
     assert got.dtype == np.float32 and got.shape == q.shape[:-1] + (vf.shape[-1],)
     # The reference reads the decoded values: the kernels' own float32 bound.
     check(got, reference(f64(q), kf, vf, causal=causal)[0], vf, "f32")
 
 
-def test_q8_0_on_every_supported_target(rng):
-    q, k, v, kf, vf, causal = q8_case(rng, "decode", True, True)
+@pytest.mark.parametrize("block", list(BLOCKS))
+def test_block_types_on_every_supported_target(rng, block):
+    q, k, v, kf, vf, causal = q8_case(rng, "decode", True, True, block)
     want = reference(f64(q), kf, vf, causal=causal)[0]
     try:
         for target in attn.supported_targets():
             attn.force_target(target)
             for kernel in KERNELS:
-                got = attn.attention(q, k, v, causal=causal, kernel=kernel, k_dtype="q8_0",
-                                     v_dtype="q8_0", out_dtype="float16")
+                got = attn.attention(q, k, v, causal=causal, kernel=kernel, k_dtype=block,
+                                     v_dtype=block, out_dtype="float16")
                 check(got, want, vf, "f16")
     finally:
         attn.force_target("auto")
@@ -467,7 +528,10 @@ def test_q8_0_errors_name_the_argument(rng):
         attn.attention(q, k, v, v_dtype="q8_0")  # k's bytes without k_dtype
     with pytest.raises(TypeError, match="v must be a uint8 array of q8_0 blocks"):
         attn.attention(q, k, q, k_dtype="q8_0", v_dtype="q8_0")
-    with pytest.raises(ValueError, match="k_dtype must be None .* or 'q8_0', got 'q4_0'"):
+    with pytest.raises(ValueError, match="k_dtype must be None .*, 'q8_0' or 'q4_0', got 'q5_0'"):
+        attn.attention(q, k, v, k_dtype="q5_0", v_dtype="q8_0")
+    # q8_0 bytes (68 a row) read as q4_0 are 68 / 18 blocks: not whole.
+    with pytest.raises(ValueError, match="multiple of 18 bytes"):
         attn.attention(q, k, v, k_dtype="q4_0", v_dtype="q8_0")
     with pytest.raises(ValueError, match="multiple of 34 bytes"):
         attn.attention(q, k[..., :60], v, k_dtype="q8_0", v_dtype="q8_0")
@@ -481,41 +545,47 @@ def test_q8_0_errors_name_the_argument(rng):
         attn.attention(q[..., :32], k, v, k_dtype="q8_0", v_dtype="q8_0")
 
 
-def test_q8_0_paged_cache_with_append(rng):
-    """A paged q8_0 pool (uint8 (num_blocks, block_size, kv_heads, d/32*34))
-    with float32 new tokens quantised into it as quantize_q8_0 does."""
+@pytest.mark.parametrize("block", list(BLOCKS))
+def test_block_paged_cache_with_append(rng, block):
+    """A paged q8_0 or q4_0 pool (uint8 (num_blocks, block_size, kv_heads,
+    d/32*34 or *18)) with float32 new tokens quantised into it as
+    quantize_q8_0 / quantize_q4_0 do."""
+    quantize, ggml, values = BLOCKS[block]
     hq, hkv, d, bs = 4, 2, 64, 16
     cached = np.array([20, 33], np.int32)
     table = np.array([[3, 0, 5], [1, 4, 2]], np.int32)
-    k_pool = attn.quantize_q8_0(rand(rng, (6, bs, hkv, d), "f32"))
-    v_pool = attn.quantize_q8_0(rand(rng, (6, bs, hkv, d), "f32"))
+    k_pool = quantize(rand(rng, (6, bs, hkv, d), "f32"))
+    v_pool = quantize(rand(rng, (6, bs, hkv, d), "f32"))
     k_new, v_new = rand(rng, (2, 1, hkv, d), "f32"), rand(rng, (2, 1, hkv, d), "f32")
     q = rand(rng, (2, 1, hq, d), "f32")
     out = attn.kvcache_attention(q, k_pool, v_pool, k_new, v_new, cache_seqlens=cached,
-                                 block_table=table, causal=True, cache_dtype="q8_0")
+                                 block_table=table, causal=True, cache_dtype=block)
     for b in range(2):
         t = int(cached[b])
-        block, slot = table[b, t // bs], t % bs
-        np.testing.assert_array_equal(k_pool[block, slot], q8_ggml(k_new[b, 0]))
-        np.testing.assert_array_equal(v_pool[block, slot], q8_ggml(v_new[b, 0]))
+        page, slot = table[b, t // bs], t % bs
+        np.testing.assert_array_equal(k_pool[page, slot], ggml(k_new[b, 0]))
+        np.testing.assert_array_equal(v_pool[page, slot], ggml(v_new[b, 0]))
         keys = np.concatenate([k_pool[table[b, p]] for p in range(3)])[: t + 1]
         vals = np.concatenate([v_pool[table[b, p]] for p in range(3)])[: t + 1]
         want = reference(f64(q[b:b + 1].transpose(0, 2, 1, 3)),
-                         q8_values(keys).transpose(1, 0, 2)[None],
-                         q8_values(vals).transpose(1, 0, 2)[None], causal=True)[0]
-        check(out[b:b + 1].transpose(0, 2, 1, 3), want, q8_values(vals), "f32")
+                         values(keys).transpose(1, 0, 2)[None],
+                         values(vals).transpose(1, 0, 2)[None], causal=True)[0]
+        check(out[b:b + 1].transpose(0, 2, 1, 3), want, values(vals), "f32")
 
 
-def test_q8_0_varlen_attention(rng):
-    """Packed q8_0 k / v (total_k, kv_heads, d / 32 * 34) in a variable-length batch."""
+@pytest.mark.parametrize("block", list(BLOCKS))
+def test_block_varlen_attention(rng, block):
+    """Packed block k / v (total_k, kv_heads, d / 32 * 34 or * 18) in a
+    variable-length batch."""
+    quantize, _, values = BLOCKS[block]
     cu_q, cu_k = np.array([0, 1, 4], np.int32), np.array([0, 37, 50], np.int32)
     q = rand(rng, (4, 4, 64), "f32")
-    kq = attn.quantize_q8_0(rand(rng, (50, 2, 64), "f32"))
-    vq = attn.quantize_q8_0(rand(rng, (50, 2, 32), "f32"))
-    out = attn.varlen_attention(q, kq, vq, cu_q, cu_k, 3, 37, causal=True, k_dtype="q8_0",
-                                v_dtype="q8_0")
+    kq = quantize(rand(rng, (50, 2, 64), "f32"))
+    vq = quantize(rand(rng, (50, 2, 32), "f32"))
+    out = attn.varlen_attention(q, kq, vq, cu_q, cu_k, 3, 37, causal=True, k_dtype=block,
+                                v_dtype=block)
     for b in range(2):
         qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
-        want = reference(f64(q[qs]).transpose(1, 0, 2)[None], q8_values(kq[ks]).transpose(1, 0, 2)[None],
-                         q8_values(vq[ks]).transpose(1, 0, 2)[None], causal=True)[0]
-        check(out[qs].transpose(1, 0, 2)[None], want, q8_values(vq[ks]), "f32")
+        want = reference(f64(q[qs]).transpose(1, 0, 2)[None], values(kq[ks]).transpose(1, 0, 2)[None],
+                         values(vq[ks]).transpose(1, 0, 2)[None], causal=True)[0]
+        check(out[qs].transpose(1, 0, 2)[None], want, values(vq[ks]), "f32")

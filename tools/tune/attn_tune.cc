@@ -454,9 +454,10 @@ int main(int argc, char** argv) {
       ->expected(2)
       ->check(CLI::Range(int64_t{-1}, int64_t{1} << 40));
   app.add_option("--kv-dtype", args.kv_dtype,
-                 "Element type of K and V of the tuned shapes: f32, bf16 or f16 (a table keeps "
-                 "each type's entries apart; Q and O stay f32)")
-      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+                 "Element type of K and V of the tuned shapes: f32, bf16, f16, q8_0 or q4_0 (a "
+                 "table keeps each type's entries apart; Q and O stay f32; q8_0 and q4_0 need "
+                 "head dims that are multiples of 32)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16", "q8_0", "q4_0"}));
   app.add_option("--dtype", args.dtype,
                  "bf16: Q, K and V all bf16 (overrides --kv-dtype); each candidate also runs on "
                  "every bf16 dot-product path this CPU has (widen, avx512bf16, amx), and the "

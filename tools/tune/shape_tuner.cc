@@ -73,6 +73,7 @@ struct TuningProblem {
   int64_t heads = 1;
   std::vector<float> q, k, v, out;
   std::vector<uint16_t> q16, k16, v16;  // Q, K and V as bf16 / f16 bit patterns
+  std::vector<uint8_t> k8, v8;           // K and V as q8_0 / q4_0 blocks
   attn::Problem problem;
 
   TuningProblem(const TuneShape& s, int heads_count, uint64_t seed) : heads(heads_count) {
@@ -96,7 +97,22 @@ struct TuningProblem {
     p.v = attn::DenseBHTD(v.data(), heads, s.kv_len, s.head_dim);
     p.out = attn::DenseBHTD(out.data(), heads, s.q_len, s.head_dim);
     p.causal = s.causal ? attn::Causal::kBottomRight : attn::Causal::kNone;
-    if (s.kv_type != attn::DType::kF32) {
+    if (s.kv_type == attn::DType::kQ8_0 || s.kv_type == attn::DType::kQ4_0) {
+      // ggml's blocks (head_dim a multiple of 32: attention() says so if not).
+      auto quantize = [&](const std::vector<float>& from, std::vector<uint8_t>& to) {
+        to.resize(size_t(attn::DTypeBytes(s.kv_type, int64_t(from.size()))));
+        if (from.size() % 32 != 0) return;
+        if (s.kv_type == attn::DType::kQ8_0) {
+          attn::QuantizeQ8_0(from.data(), int64_t(from.size()), to.data());
+        } else {
+          attn::QuantizeQ4_0(from.data(), int64_t(from.size()), to.data());
+        }
+      };
+      quantize(k, k8);
+      quantize(v, v8);
+      p.k = attn::DenseBHTD(k8.data(), s.kv_type, heads, s.kv_len, s.head_dim);
+      p.v = attn::DenseBHTD(v8.data(), s.kv_type, heads, s.kv_len, s.head_dim);
+    } else if (s.kv_type != attn::DType::kF32) {
       auto narrow = [&](const std::vector<float>& from, std::vector<uint16_t>& to) {
         to.resize(from.size());
         for (size_t i = 0; i < from.size(); ++i) {

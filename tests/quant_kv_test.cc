@@ -1,15 +1,17 @@
-// ggml's q8_0 K/V (attn::DType::kQ8_0): the quantiser against values
-// computed by hand from ggml's reference rule; every kernel x every SIMD
-// target this CPU supports with q8_0 K and/or V (mixed with f32, bf16 and
-// f16) on ragged key counts, GQA, decode, few rows, masks and every causal
-// alignment, against the float64 reference decoding the same bytes; the
-// bound's power to see a block's scale applied to its neighbour; hostile
-// bytes (NaN / inf / subnormal scales, q = -128); the serving calls with
-// q8_0 K/V and pools; the validation errors; and the quantisation error
-// itself within its analytic bound.
+// ggml's block types for K/V, q8_0 and q4_0 (attn::DType::kQ8_0, kQ4_0):
+// the quantisers against values computed by hand from ggml's reference
+// rules; every kernel x every SIMD target this CPU supports with block K
+// and/or V (mixed with f32, bf16 and f16) on ragged key counts, GQA,
+// decode, few rows, masks and every causal alignment, against the float64
+// reference decoding the same bytes; the bound's power to see a block's
+// scale applied to its neighbour or a q4_0 block's nibble halves swapped;
+// hostile bytes (NaN / inf / subnormal scales, q = -128, every nibble); the
+// serving calls with block K/V and pools; the validation errors; and the
+// quantisation error itself within its analytic bound.
 //
-// The bound (docs/precision.md): a q8_0 element q · s is exact in float32
-// (8 x 11 significant bits), and every path dequantises it exactly before
+// The bound (docs/precision.md): a q8_0 element q · s, and a q4_0 element
+// (n - 8) · s, is exact in float32 (8 or 4 x 11 significant bits), and
+// every path dequantises it exactly before
 // the float32 arithmetic, so the reference on those bytes is the exact
 // answer the kernels approximate, with the float32 tests' own bound
 // (tests/test_util.cc BoundFromNaive: 4x the naive kernel's error on the
@@ -37,7 +39,11 @@ namespace attn::test {
 namespace {
 
 constexpr DType kF32 = DType::kF32, kBF16 = DType::kBF16, kF16 = DType::kF16,
-                kQ8 = DType::kQ8_0;
+                kQ8 = DType::kQ8_0, kQ4 = DType::kQ4_0;
+constexpr DType kBlockTypes[] = {kQ8, kQ4};
+
+// Bytes of one block of `type`.
+size_t BlockBytes(DType type) { return size_t(DTypeBlockBytes(type)); }
 
 // ---- Names and sizes ---------------------------------------------------------
 
@@ -53,12 +59,18 @@ TEST(Q8Types, NamesSizesAndBlocks) {
   EXPECT_EQ(DTypeBlockElements(kBF16), 1);
   EXPECT_EQ(DTypeBlockBytes(kF32), 4);
   EXPECT_EQ(DTypeBlockElements(static_cast<DType>(9)), 0);
+  EXPECT_EQ(std::string(DTypeName(kQ4)), "q4_0");
+  EXPECT_EQ(ParseDType("q4_0"), kQ4);
+  EXPECT_EQ(DTypeSize(kQ4), 0);
+  EXPECT_EQ(DTypeBlockElements(kQ4), 32);
+  EXPECT_EQ(DTypeBlockBytes(kQ4), 18);
+  EXPECT_EQ(DTypeBytes(kQ4, 128), 72);  // 4 blocks
   try {
-    ParseDType("q4_0");
-    ADD_FAILURE() << "q4_0 parsed";
+    ParseDType("q5_0");
+    ADD_FAILURE() << "q5_0 parsed";
   } catch (const Error& e) {
     EXPECT_EQ(e.field(), "dtype");
-    EXPECT_NE(std::string(e.what()).find("q8_0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("q8_0, q4_0"), std::string::npos) << e.what();
   }
 }
 
@@ -148,40 +160,126 @@ TEST(Q8Quantize, BlocksAreIndependentAndRowsContiguous) {
   EXPECT_NO_THROW(QuantizeQ8_0(x.data(), 0, got.data()));
 }
 
-TEST(Q8Quantize, BadInputNamesTheFieldAndWritesNothing) {
-  std::vector<float> x(64, 0.5f);
-  std::vector<uint8_t> out(68, 0xee);
-  const std::vector<uint8_t> before = out;
-  auto expect = [&](const std::string& field, const std::string& value, int64_t n) {
+// Each block type's quantiser: its scale's divisor (amax / 127; |max| / 8)
+// and the binary16 bits of the largest finite scale, which q8_0 stores
+// positive and q4_0 negative (d = max / -8 of a positive max).
+struct Quantiser {
+  DType type;
+  void (*quantize)(const float*, int64_t, void*);
+  void (*dequantize)(const void*, int64_t, float*);
+  float divisor;
+  uint16_t largest_scale;
+};
+const Quantiser kQuantisers[] = {{kQ8, QuantizeQ8_0, DequantizeQ8_0, 127.0f, 0x7bff},
+                                 {kQ4, QuantizeQ4_0, DequantizeQ4_0, 8.0f, 0xfbff}};
+
+TEST(BlockQuantize, BadInputNamesTheFieldAndWritesNothing) {
+  for (const Quantiser& z : kQuantisers) {
+    const size_t bytes = BlockBytes(z.type);
+    std::vector<float> x(64, 0.5f);
+    std::vector<uint8_t> out(2 * bytes, 0xee);
+    const std::vector<uint8_t> before = out;
+    auto expect = [&](const std::string& field, const std::string& value, int64_t n) {
+      try {
+        z.quantize(x.data(), n, out.data());
+        ADD_FAILURE() << DTypeName(z.type) << " " << field << ": no error";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.field(), field) << e.what();
+        EXPECT_EQ(e.value(), value) << e.what();
+      }
+      EXPECT_EQ(out, before) << DTypeName(z.type) << " " << field << ": written";
+    };
+    expect("n", "33", 33);
+    expect("n", "-32", -32);
+    x[40] = std::numeric_limits<float>::infinity();  // second block: the first is not written
+    expect("x[40]", "inf", 64);
+    x[40] = -std::numeric_limits<float>::infinity();
+    expect("x[40]", "-inf", 64);
+    x[40] = std::nanf("");
+    expect("x[40]", "nan", 64);
+    // amax / divisor >= 65520 rounds the binary16 scale to inf.
+    x[40] = 65520.0f * z.divisor;
+    std::ostringstream huge;
+    huge << x[40];
+    expect("x[40]", huge.str(), 64);
+    x[40] = 65519.0f * z.divisor;  // still finite once rounded (65504)
+    EXPECT_NO_THROW(z.quantize(x.data(), 64, out.data()));
+    EXPECT_EQ(out[bytes] | (out[bytes + 1] << 8), z.largest_scale) << DTypeName(z.type);
+    std::vector<float> back(64);
     try {
-      QuantizeQ8_0(x.data(), n, out.data());
-      ADD_FAILURE() << field << ": no error";
+      z.dequantize(out.data(), 31, back.data());
+      ADD_FAILURE() << DTypeName(z.type) << " dequantize n = 31: no error";
     } catch (const Error& e) {
-      EXPECT_EQ(e.field(), field) << e.what();
-      EXPECT_EQ(e.value(), value) << e.what();
+      EXPECT_EQ(e.field(), "n");
     }
-    EXPECT_EQ(out, before) << field << ": written";
+  }
+}
+
+// One q4_0 block's expected bytes: the scale's binary16 bits and the 32
+// nibbles (elements 0-15 low, 16-31 high); unnamed nibbles are 8 (x = 0).
+std::vector<uint8_t> Block4(uint16_t scale_bits, const std::vector<int>& low,
+                            const std::vector<int>& high = {}) {
+  std::vector<uint8_t> b(18, 0);
+  b[0] = uint8_t(scale_bits & 0xff);
+  b[1] = uint8_t(scale_bits >> 8);
+  for (size_t j = 0; j < 16; ++j) {
+    const int lo = j < low.size() ? low[j] : 8, hi = j < high.size() ? high[j] : 8;
+    b[2 + j] = uint8_t(lo | (hi << 4));
+  }
+  return b;
+}
+
+// Expected values worked out by hand from ggml's quantize_row_q4_0_ref:
+// max = the first value of largest |x|, d = max / -8, id = 1 / d, nibble =
+// min(15, trunc(x · id + 8.5)), d stored as binary16 to nearest even.
+TEST(Q4Quantize, MatchesGgmlsReferenceRuleOnHandComputedBlocks) {
+  struct Case {
+    const char* what;
+    std::vector<float> x;
+    uint16_t scale;
+    std::vector<int> low, high;
   };
-  expect("n", "33", 33);
-  expect("n", "-32", -32);
-  x[40] = std::numeric_limits<float>::infinity();  // second block: the first is not written
-  expect("x[40]", "inf", 64);
-  x[40] = std::nanf("");
-  expect("x[40]", "nan", 64);
-  // amax / 127 >= 65520 rounds the binary16 scale to inf.
-  x[40] = 65520.0f * 127.0f;
-  std::ostringstream huge;
-  huge << x[40];
-  expect("x[40]", huge.str(), 64);
-  x[40] = 65519.0f * 127.0f;  // still finite once rounded (65504)
-  EXPECT_NO_THROW(QuantizeQ8_0(x.data(), 64, out.data()));
-  EXPECT_EQ(out[34] | (out[35] << 8), 0x7bff);
-  std::vector<float> back(64);
-  try {
-    DequantizeQ8_0(out.data(), 31, back.data());
-    ADD_FAILURE() << "dequantize n = 31: no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.field(), "n");
+  std::vector<float> high_half = Values({8.0f, -4.0f});
+  high_half[16] = -2.0f;  // element 16: the first high nibble
+  high_half[17] = 5.0f;
+  const Case cases[] = {
+      // max 8: d = -1 (0xbc00), id = -1: 8 -> 0.5 -> 0, -4 -> 12.5 -> 12,
+      // 2 -> 6, 1 -> 7, 0.5 -> 8, 3.3 -> 5.2 -> 5, -0.6 -> 9.1 -> 9, and
+      // -7.9 -> 16.4 -> 16, saturated to 15.
+      {"max 8", Values({8.0f, -4.0f, 2.0f, 1.0f, 0.5f, 3.3f, -0.6f, -7.9f}), 0xbc00,
+       {0, 12, 6, 7, 8, 5, 9, 15}, {}},
+      // Elements 16 and 17 land in the high nibbles of bytes 0 and 1:
+      // -2 -> 10.5 -> 10, 5 -> 3.5 -> 3.
+      {"high nibbles", high_half, 0xbc00, {0, 12}, {10, 3}},
+      // max -6 (negative): d = 0.75 (0x3a00), id = 1.3333334: -6 -> 0,
+      // 3 -> 12.5 -> 12, 1.5 -> 10.5 -> 10, -1 -> 7.17 -> 7.
+      {"max negative", Values({-6.0f, 3.0f, 1.5f, -1.0f}), 0x3a00, {0, 12, 10, 7}, {}},
+      // |-2| = |2|: the first is max, d = 0.25 (0x3400), id = 4: -2 -> 0,
+      // 2 -> 16.5 -> 16, saturated to 15 (decodes as 1.75), 1 -> 12.
+      {"tie, saturated", Values({-2.0f, 2.0f, 1.0f}), 0x3400, {0, 15, 12}, {}},
+      // All zero: max 0, d = 0 / -8 = -0 (0x8000), id = 0: every nibble 8.
+      {"zeros", Values({}), 0x8000, {}, {}},
+      // max 0.1: d = -0.0125 = -2^-7 · 1.6, fraction 0.6 · 1024 = 614.4 ->
+      // 614 = 0x266: 0xa266; id = -80: 0.1 -> 0, 0.03 -> 6.1 -> 6, -0.05
+      // -> 12.5 -> 12.
+      {"scale rounded", Values({0.1f, 0.03f, -0.05f}), 0xa266, {0, 6, 12}, {}},
+  };
+  for (const Case& c : cases) {
+    std::vector<uint8_t> got(18, 0xee);
+    QuantizeQ4_0(c.x.data(), 32, got.data());
+    const std::vector<uint8_t> want = Block4(c.scale, c.low, c.high);
+    for (size_t i = 0; i < 18; ++i) {
+      EXPECT_EQ(int(got[i]), int(want[i])) << c.what << ": byte " << i;
+    }
+    // Dequantised: (nibble - 8) · the binary16 scale, exactly.
+    std::vector<float> back(32);
+    DequantizeQ4_0(got.data(), 32, back.data());
+    for (size_t j = 0; j < 32; ++j) {
+      const int nibble = j < 16 ? (j < c.low.size() ? c.low[j] : 8)
+                                : (j - 16 < c.high.size() ? c.high[j - 16] : 8);
+      EXPECT_EQ(back[j], float(nibble - 8) * FromFloat16Bits(c.scale)) << c.what << ": element "
+                                                                        << j;
+    }
   }
 }
 
@@ -190,13 +288,15 @@ TEST(Q8Quantize, BadInputNamesTheFieldAndWritesNothing) {
 struct Types {
   DType q, k, v, out;
 };
-// q8_0 K and V with float32 Q and O (a llama.cpp cache), with 16-bit Q and
-// O, and q8_0 K or V alone next to every other K/V type.
-const Types kTypeCombos[] = {
-    {kF32, kQ8, kQ8, kF32},  {kBF16, kQ8, kQ8, kBF16}, {kF16, kQ8, kQ8, kF32},
-    {kF32, kQ8, kF16, kF32}, {kF32, kF16, kQ8, kF32},  {kF32, kQ8, kF32, kF16},
-    {kF32, kBF16, kQ8, kF32},
-};
+// Block K and V (b: q8_0 or q4_0) with float32 Q and O (a llama.cpp
+// cache), with 16-bit Q and O, and a block K or V alone next to every other
+// K/V type, the other block type included.
+std::vector<Types> TypeCombos(DType b) {
+  const DType other = b == kQ8 ? kQ4 : kQ8;
+  return {{kF32, b, b, kF32},   {kBF16, b, b, kBF16}, {kF16, b, b, kF32},
+          {kF32, b, kF16, kF32}, {kF32, kF16, b, kF32}, {kF32, b, kF32, kF16},
+          {kF32, kBF16, b, kF32}, {kF32, b, other, kF32}};
+}
 
 Shape WithTypes(Shape s, Types t) {
   s.q_type = t.q;
@@ -244,17 +344,19 @@ std::vector<Shape> BaseShapes() {
   return shapes;
 }
 
-std::vector<Shape> Q8Shapes() {
+std::vector<Shape> BlockShapes() {
   std::vector<Shape> shapes;
-  for (const Shape& base : BaseShapes()) {
-    for (const Types& t : kTypeCombos) shapes.push_back(WithTypes(base, t));
+  for (const DType b : kBlockTypes) {
+    for (const Shape& base : BaseShapes()) {
+      for (const Types& t : TypeCombos(b)) shapes.push_back(WithTypes(base, t));
+    }
   }
   return shapes;
 }
 
-class Q8Kernels : public ::testing::TestWithParam<Shape> {};
+class BlockKernels : public ::testing::TestWithParam<Shape> {};
 
-TEST_P(Q8Kernels, EveryKernelAndTargetMatchesReference) {
+TEST_P(BlockKernels, EveryKernelAndTargetMatchesReference) {
   OwnedProblem owned = MakeProblem(GetParam());
   {
     // The bound must be tight enough to catch a wrong kernel at all.
@@ -267,7 +369,7 @@ TEST_P(Q8Kernels, EveryKernelAndTargetMatchesReference) {
   ExpectVariantsWithinNaiveBound(owned, KernelVariants());
 }
 
-INSTANTIATE_TEST_SUITE_P(Combos, Q8Kernels, ::testing::ValuesIn(Q8Shapes()),
+INSTANTIATE_TEST_SUITE_P(Combos, BlockKernels, ::testing::ValuesIn(BlockShapes()),
                          [](const ::testing::TestParamInfo<Shape>& info) {
                            std::string name = info.param.Name();
                            for (char& ch : name) {
@@ -276,12 +378,14 @@ INSTANTIATE_TEST_SUITE_P(Combos, Q8Kernels, ::testing::ValuesIn(Q8Shapes()),
                            return name + "_" + std::to_string(info.index);
                          });
 
-// Arbitrary bytes, not only what the quantiser writes: q = -128 (which
-// ggml's quantiser never produces), scales over binary16's whole normal and
-// subnormal range, every target and kernel.
-TEST(Q8Kernels, ArbitraryBlocksOnEveryTarget) {
+// Arbitrary bytes, not only what the quantisers write: q = -128 (which
+// ggml's q8_0 quantiser never produces), every q4_0 nibble, scales over
+// binary16's whole normal and subnormal range, every target and kernel.
+TEST(BlockKernels, ArbitraryBlocksOnEveryTarget) {
+  for (const DType type : kBlockTypes)
   for (const Shape& base : {BaseShapes()[0], BaseShapes()[5], BaseShapes()[6]}) {
-    OwnedProblem owned = MakeProblem(WithTypes(base, {kF32, kQ8, kQ8, kF32}));
+    OwnedProblem owned = MakeProblem(WithTypes(base, {kF32, type, type, kF32}));
+    const size_t bytes = BlockBytes(type);
     std::mt19937_64 rng(7);
     std::uniform_int_distribution<int> byte(0, 255);
     // Scales from 2^-24 (binary16 subnormals) up to 2^-7 for K (|k| < 2:
@@ -289,14 +393,14 @@ TEST(Q8Kernels, ArbitraryBlocksOnEveryTarget) {
     // for V, random signs.
     for (std::vector<uint8_t>* blocks : {&owned.k8, &owned.v8}) {
       std::uniform_int_distribution<int> exponent(-24, blocks == &owned.k8 ? -7 : -3);
-      for (size_t b = 0; b < blocks->size() / 34; ++b) {
-        uint8_t* block = blocks->data() + b * 34;
+      for (size_t b = 0; b < blocks->size() / bytes; ++b) {
+        uint8_t* block = blocks->data() + b * bytes;
         const float s = std::ldexp(1.0f + float(byte(rng)) / 256.0f, exponent(rng));
         const uint16_t bits = uint16_t(Float16Bits(s) | (byte(rng) & 1 ? 0x8000 : 0));
         block[0] = uint8_t(bits & 0xff);
         block[1] = uint8_t(bits >> 8);
-        for (int j = 0; j < 32; ++j) block[2 + j] = uint8_t(byte(rng));
-        block[2 + b % 32] = 0x80;  // -128 somewhere in every block
+        for (size_t j = 2; j < bytes; ++j) block[j] = uint8_t(byte(rng));
+        block[2 + b % (bytes - 2)] = 0x80;  // q8_0: -128; q4_0: nibbles 0 and 8
       }
     }
     ExpectVariantsWithinNaiveBound(owned, KernelVariants());
@@ -347,23 +451,55 @@ TEST(Q8Bound, FailsWhenAScaleIsTakenFromTheNeighbourBlockOrIgnored) {
   }
 }
 
+// The bound sees the mistake a q4_0 path could make with its nibbles: each
+// byte's halves swapped (elements 0-15 read from the high nibbles, 16-31
+// from the low: the planted bug .ci/planted/q4-nibble-halves-swapped.patch),
+// in K or in V, must exceed the bound on the inputs above.
+TEST(Q4Bound, FailsWhenTheNibbleHalvesAreSwapped) {
+  for (const Shape& base : {BaseShapes()[0], BaseShapes()[6]}) {  // panels; decode
+    OwnedProblem owned = MakeProblem(WithTypes(base, {kF32, kQ4, kQ4, kF32}));
+    const reference::Result ref = reference::Attention(owned.problem);
+    Options naive;
+    naive.kernel = KernelId::kNaive;
+    const Bound bound = BoundFromNaive(RunAndCompare(owned, ref, naive), owned.problem, ref);
+    for (const bool values : {false, true}) {
+      std::vector<uint8_t>& blocks = values ? owned.v8 : owned.k8;
+      const std::vector<uint8_t> original = blocks;
+      for (size_t b = 0; b < blocks.size() / 18; ++b) {
+        for (size_t j = 2; j < 18; ++j) {
+          const uint8_t x = original[b * 18 + j];
+          blocks[b * 18 + j] = uint8_t((x >> 4) | (x << 4));
+        }
+      }
+      Options streaming;
+      streaming.kernel = KernelId::kStreaming;
+      EXPECT_GT(RunAndCompare(owned, ref, streaming).out, bound.out)
+          << base.Name() << (values ? " V" : " K") << ": swapped nibble halves went unnoticed";
+      blocks = original;
+    }
+  }
+}
+
 // NaN, ±inf and subnormal scales keep their meaning on every path (the
 // hostile-input oracle, tests/oracle.h): q · s with s = inf is ±inf, 0 · inf
 // is NaN, as the reference decodes them.
-TEST(Q8Hostile, NonFiniteAndSubnormalScalesOnEveryTarget) {
+TEST(BlockHostile, NonFiniteAndSubnormalScalesOnEveryTarget) {
+  for (const DType type : kBlockTypes)
   for (const Shape& base : {BaseShapes()[0], BaseShapes()[5]}) {  // panels; decode
-    OwnedProblem owned = MakeProblem(WithTypes(base, {kF32, kQ8, kQ8, kF32}));
-    auto set_scale = [](std::vector<uint8_t>& blocks, size_t block, uint16_t bits) {
-      blocks[block * 34] = uint8_t(bits & 0xff);
-      blocks[block * 34 + 1] = uint8_t(bits >> 8);
+    OwnedProblem owned = MakeProblem(WithTypes(base, {kF32, type, type, kF32}));
+    const size_t bytes = BlockBytes(type);
+    auto set_scale = [&](std::vector<uint8_t>& blocks, size_t block, uint16_t bits) {
+      blocks[block * bytes] = uint8_t(bits & 0xff);
+      blocks[block * bytes + 1] = uint8_t(bits >> 8);
     };
-    const size_t kn = owned.k8.size() / 34, vn = owned.v8.size() / 34;
+    const size_t kn = owned.k8.size() / bytes, vn = owned.v8.size() / bytes;
     set_scale(owned.v8, vn / 3, 0x7c00);      // +inf
     set_scale(owned.v8, vn / 2, 0xfc00);      // -inf
     set_scale(owned.v8, vn * 3 / 4, 0x7e00);  // NaN
     set_scale(owned.k8, kn / 5, 0x7c00);
     set_scale(owned.k8, kn / 2 + 1, 0x0003);  // subnormal
-    owned.v8[(vn / 3) * 34 + 5] = 0;          // 0 · inf = NaN in that element
+    // 0 · inf = NaN in that element (q8_0: q = 0; q4_0: nibble 8).
+    owned.v8[(vn / 3) * bytes + 5] = type == kQ4 ? 0x88 : 0;
     const reference::Result ref = reference::Attention(owned.problem);
     for (const std::string& target : TestTargets()) {
       ForceTarget(target);
@@ -371,7 +507,7 @@ TEST(Q8Hostile, NonFiniteAndSubnormalScalesOnEveryTarget) {
         owned.ClearOutputs();
         attention(owned.problem, variant.options);
         EXPECT_EQ(oracle::Check(owned.problem, ref), "")
-            << base.Name() << " " << target << " " << variant.name;
+            << base.Name() << " " << target << " " << variant.name << " " << DTypeName(type);
       }
     }
     ForceTarget("auto");
@@ -384,30 +520,37 @@ TEST(Q8Hostile, NonFiniteAndSubnormalScalesOnEveryTarget) {
 // load past the last block is an out-of-bounds read that the sanitizer
 // builds (cmake/Sanitizers.cmake) report, and the result is checked as
 // everywhere else.
-TEST(Q8Kernels, LastBlockEndsTheBuffer) {
-  Shape s = WithTypes(BaseShapes()[6], {kF32, kQ8, kQ8, kF32});
-  s.batch = 1;
-  OwnedProblem owned = MakeProblem(s);
-  ASSERT_EQ(owned.k8.size(), size_t(s.kv_heads * s.tk * s.d / 32 * 34));
-  ExpectVariantsWithinNaiveBound(owned, KernelVariants());
+TEST(BlockKernels, LastBlockEndsTheBuffer) {
+  for (const DType type : kBlockTypes) {
+    Shape s = WithTypes(BaseShapes()[6], {kF32, type, type, kF32});
+    s.batch = 1;
+    OwnedProblem owned = MakeProblem(s);
+    ASSERT_EQ(owned.k8.size(), size_t(s.kv_heads * s.tk * s.d / 32) * BlockBytes(type));
+    ExpectVariantsWithinNaiveBound(owned, KernelVariants());
+  }
 }
 
 // ---- The serving calls ---------------------------------------------------------
 
-// Packed q8_0 tokens [tokens, heads, cols] quantised from random values.
-struct Q8Packed {
+// Packed block tokens [tokens, heads, cols] quantised from random values.
+struct BlockPacked {
+  explicit BlockPacked(DType t) : type(t) {}
+  DType type;
   std::vector<float> values;
   std::vector<uint8_t> blocks;
   void Random(int64_t tokens, int64_t heads, int64_t cols, std::mt19937_64& rng) {
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     values.resize(size_t(tokens * heads * cols));
     for (float& x : values) x = u(rng);
-    blocks.resize(values.size() / 32 * 34);
-    QuantizeForTest(values.data(), int64_t(values.size()), blocks.data());
+    blocks.resize(values.size() / 32 * BlockBytes(type));
+    QuantizeBlocksForTest(type, values.data(), int64_t(values.size()), blocks.data());
   }
 };
 
-TEST(Q8Serving, VarlenWithQ8KAndV) {
+class BlockServing : public ::testing::TestWithParam<DType> {};
+
+TEST_P(BlockServing, VarlenWithBlockKAndV) {
+  const DType type = GetParam();
   std::mt19937_64 rng(3);
   const std::vector<int32_t> cu_q{0, 1, 4, 4, 9}, cu_k{0, 37, 40, 77, 77};
   const int64_t hq = 4, hkv = 2, d = 64, dv = 32;
@@ -415,7 +558,7 @@ TEST(Q8Serving, VarlenWithQ8KAndV) {
       lse(size_t(cu_q.back() * hq));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (float& x : q) x = u(rng);
-  Q8Packed k, v;
+  BlockPacked k(type), v(type);
   k.Random(cu_k.back(), hkv, d, rng);
   v.Random(cu_k.back(), hkv, dv, rng);
   VarlenProblem p;
@@ -427,14 +570,16 @@ TEST(Q8Serving, VarlenWithQ8KAndV) {
   p.cu_seqlens_q = cu_q.data();
   p.cu_seqlens_k = cu_k.data();
   p.q = {q.data(), hq * d, d, kF32};
-  p.k = {k.blocks.data(), hkv * d, d, kQ8};
-  p.v = {v.blocks.data(), hkv * dv, dv, kQ8};
+  p.k = {k.blocks.data(), hkv * d, d, type};
+  p.v = {v.blocks.data(), hkv * dv, dv, type};
   p.out = {out.data(), hq * dv, dv, kF32};
   p.lse = {lse.data(), hq, 1};
   p.causal = Causal::kBottomRight;
   const reference::PackedResult ref = reference::VarlenAttention(p);
   std::vector<float> all_v(v.values.size());
-  for (size_t i = 0; i < all_v.size(); ++i) all_v[i] = DecodeQ8_0ForTest(v.blocks.data(), int64_t(i));
+  for (size_t i = 0; i < all_v.size(); ++i) {
+    all_v[i] = DecodeBlockForTest(type, v.blocks.data(), int64_t(i));
+  }
   Buffer out_buffer;
   ExpectServingVariantsWithinBound(
       [&](const Options& options) {
@@ -449,11 +594,14 @@ TEST(Q8Serving, VarlenWithQ8KAndV) {
       [&](const Errors& naive) { return PackedBound(naive, ref, all_v, dv, kF32, false); });
 }
 
-// A paged q8_0 cache (pools of q8_0 pages in shuffled order) with new
-// tokens appended: float32 ones quantised by QuantizeQ8_0's rule, q8_0 ones
-// copied block for block; the pools are checked byte for byte afterwards.
-TEST(Q8Serving, PagedQ8PoolsWithAppend) {
-  for (const DType new_type : {kF32, kQ8}) {
+// A paged block cache (pools of q8_0 or q4_0 pages in shuffled order) with
+// new tokens appended: float32 ones quantised by QuantizeQ8_0's or
+// QuantizeQ4_0's rule, ones of the pool's type copied block for block; the
+// pools are checked byte for byte afterwards.
+TEST_P(BlockServing, PagedBlockPoolsWithAppend) {
+  const DType type = GetParam();
+  const size_t bytes = BlockBytes(type);
+  for (const DType new_type : {kF32, type}) {
     std::mt19937_64 rng(5);
     const int64_t batch = 2, hq = 4, hkv = 2, d = 64, dv = 64, bs = 16, max_blocks = 4;
     const std::vector<int32_t> cached{20, 33}, fresh_cu{0, 1, 3};
@@ -462,10 +610,10 @@ TEST(Q8Serving, PagedQ8PoolsWithAppend) {
     for (int64_t i = 0; i < num_blocks; ++i) table[size_t(i)] = int32_t((i * 5 + 3) % num_blocks);
     // Pools: every slot quantised from random values (slots past a
     // sequence's keys are never read; their values are as good as any).
-    Q8Packed k_pool, v_pool;
+    BlockPacked k_pool(type), v_pool(type);
     k_pool.Random(num_blocks * bs, hkv, d, rng);
     v_pool.Random(num_blocks * bs, hkv, dv, rng);
-    Q8Packed k_new, v_new;
+    BlockPacked k_new(type), v_new(type);
     k_new.Random(fresh_cu.back(), hkv, d, rng);
     v_new.Random(fresh_cu.back(), hkv, dv, rng);
     std::vector<float> q(size_t(batch * hq * d)), out(size_t(batch * hq * dv)),
@@ -480,16 +628,16 @@ TEST(Q8Serving, PagedQ8PoolsWithAppend) {
     p.value_dim = dv;
     p.num_blocks = num_blocks;
     p.block_size = bs;
-    p.k_cache = {k_pool.blocks.data(), bs * hkv * d, hkv * d, d, kQ8};
-    p.v_cache = {v_pool.blocks.data(), bs * hkv * dv, hkv * dv, dv, kQ8};
+    p.k_cache = {k_pool.blocks.data(), bs * hkv * d, hkv * d, d, type};
+    p.v_cache = {v_pool.blocks.data(), bs * hkv * dv, hkv * dv, dv, type};
     p.block_table = table.data();
     p.max_blocks = max_blocks;
     p.cache_seqlens = cached.data();
     p.q = {q.data(), hq * d, d, kF32};
     p.q_len = 1;
-    if (new_type == kQ8) {
-      p.k_new = {k_new.blocks.data(), hkv * d, d, kQ8};
-      p.v_new = {v_new.blocks.data(), hkv * dv, dv, kQ8};
+    if (new_type == type) {
+      p.k_new = {k_new.blocks.data(), hkv * d, d, type};
+      p.v_new = {v_new.blocks.data(), hkv * dv, dv, type};
     } else {
       p.k_new = {k_new.values.data(), hkv * d, d, kF32};
       p.v_new = {v_new.values.data(), hkv * dv, dv, kF32};
@@ -505,17 +653,18 @@ TEST(Q8Serving, PagedQ8PoolsWithAppend) {
       all_v.insert(all_v.end(), s.begin(), s.end());
     }
     // The pools after the append: the new rows' blocks (quantised by the
-    // test's own ggml rule from the same float32 values, or the q8_0 bytes).
+    // test's own ggml rule from the same float32 values, or the block bytes).
     std::vector<uint8_t> k_after = k_pool.blocks, v_after = v_pool.blocks;
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t i = fresh_cu[size_t(b)]; i < fresh_cu[size_t(b) + 1]; ++i) {
         const int64_t t = cached[size_t(b)] + i - fresh_cu[size_t(b)];
         const int64_t block = table[size_t(b * max_blocks + t / bs)], slot = t % bs;
         const int64_t k_row = (block * bs + slot) * hkv * d, v_row = (block * bs + slot) * hkv * dv;
-        std::memcpy(&k_after[size_t(k_row / 32 * 34)], &k_new.blocks[size_t(i * hkv * d / 32 * 34)],
-                    size_t(hkv * d / 32 * 34));
-        std::memcpy(&v_after[size_t(v_row / 32 * 34)], &v_new.blocks[size_t(i * hkv * dv / 32 * 34)],
-                    size_t(hkv * dv / 32 * 34));
+        std::memcpy(&k_after[size_t(k_row / 32) * bytes],
+                    &k_new.blocks[size_t(i * hkv * d / 32) * bytes], size_t(hkv * d / 32) * bytes);
+        std::memcpy(&v_after[size_t(v_row / 32) * bytes],
+                    &v_new.blocks[size_t(i * hkv * dv / 32) * bytes],
+                    size_t(hkv * dv / 32) * bytes);
       }
     }
     Buffer out_buffer;
@@ -544,6 +693,11 @@ TEST(Q8Serving, PagedQ8PoolsWithAppend) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Types, BlockServing, ::testing::ValuesIn(kBlockTypes),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return std::string(DTypeName(info.param));
+                         });
 
 // ---- Validation --------------------------------------------------------------
 
@@ -675,24 +829,47 @@ TEST(Q8Errors, ServingCallsNameQ8Fields) {
   ExpectError("k_cache.row_stride", "72", [&] { PagedAttention(pp); });
 }
 
+// q4_0 follows q8_0's rules: K and V only, rows and strides in whole blocks,
+// and a pool of it takes new tokens only where they can be quantised.
+TEST(Q4Errors, BlockRulesNameTheFieldAndWriteNothing) {
+  OwnedProblem o = MakeProblem(WithTypes(BaseShapes()[5], {kF32, kQ4, kQ4, kF32}));
+  const std::vector<float> out_before = o.out;
+  Problem p = o.problem;
+  p.q.dtype = kQ4;
+  ExpectError("q.dtype", "q4_0", [&] { attention(p); });
+  p = o.problem;
+  p.head_dim = 48;
+  ExpectError("head_dim", "48", [&] { attention(p); });
+  p = o.problem;
+  p.v.row_stride = 80;
+  ExpectError("v.row_stride", "80", [&] { attention(p); });
+  EXPECT_EQ(std::memcmp(out_before.data(), o.out.data(), out_before.size() * 4), 0);
+}
+
 // ---- The quantisation error ----------------------------------------------------
 
-// What q8_0 costs against float32 K/V of the same values, which the bound
-// above leaves apart (it holds the kernels to the bytes, not to the values
-// before quantisation). Analytic bound, per output row: each q8_0 value is
-// off by at most half a step, s / 2 with s = amax_block / 127, plus the
-// binary16 rounding of s (|q| <= 127 steps of relative 2^-11): e_v <=
-// max_block amax · (1/254 + 2^-11) for V. The output is a convex
+// What q8_0 and q4_0 cost against float32 K/V of the same values, which
+// the bound above leaves apart (it holds the kernels to the bytes, not to
+// the values before quantisation). Analytic bound, per output row: each
+// q8_0 value is off by at most half a step, s / 2 with s = amax_block /
+// 127, plus the binary16 rounding of s (|q| <= 127 steps of relative
+// 2^-11): e_v <= max_block amax · (1/254 + 2^-11) for V. A q4_0 value is
+// off by at most one step s = amax_block / 8 (half a step, or a whole one
+// where the block's largest value is negative and its opposite saturates
+// at nibble 15: x / s = 8 stored as 7), plus the binary16 rounding of s
+// (|n - 8| <= 8 steps): e_v <= max_block amax · (1/8 + 2^-11), and 2^-10
+// in place of 2^-11 covers x · (1 / s) rounded in float32. The output is a convex
 // combination of V rows, so V's error moves it by <= e_v; K's error moves
 // each score by <= scale · Σ_c |q_c| · e_k, so each weight by a factor of
 // at most e^(2 δ), and the output by <= (e^(2 δ) - 1) · max|V|. The test
 // measures rms and max |out(q8_0) - out(f32)| on decode shapes (one
 // thread, the narrow path), holds the max to that bound and prints both.
-TEST(Q8QuantisationError, WithinTheAnalyticBound) {
+TEST(BlockQuantisationError, WithinTheAnalyticBound) {
   struct Case {
     const char* what;
     int64_t q_heads, kv_heads, tk, d;
   };
+  for (const DType type : kBlockTypes)
   for (const Case& c : {Case{"16 heads", 16, 16, 4096, 128}, Case{"GQA 32/8", 32, 8, 4096, 128}}) {
     std::mt19937_64 rng(11);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -702,9 +879,11 @@ TEST(Q8QuantisationError, WithinTheAnalyticBound) {
     for (float& x : q) x = u(rng);
     for (float& x : k) x = u(rng);
     for (float& x : v) x = u(rng);
-    std::vector<uint8_t> k8(size_t(n_kv / 32 * 34)), v8(size_t(n_kv / 32 * 34));
-    QuantizeQ8_0(k.data(), n_kv, k8.data());
-    QuantizeQ8_0(v.data(), n_kv, v8.data());
+    std::vector<uint8_t> k8(size_t(n_kv / 32) * BlockBytes(type)),
+        v8(size_t(n_kv / 32) * BlockBytes(type));
+    auto quantize = type == kQ4 ? QuantizeQ4_0 : QuantizeQ8_0;
+    quantize(k.data(), n_kv, k8.data());
+    quantize(v.data(), n_kv, v8.data());
     std::vector<float> out32(size_t(c.q_heads * c.d)), out8(size_t(c.q_heads * c.d));
     Problem p;
     p.q_heads = c.q_heads;
@@ -719,8 +898,8 @@ TEST(Q8QuantisationError, WithinTheAnalyticBound) {
     Options one;
     one.threads = 1;
     attention(p, one);
-    p.k = DenseBHTD(k8.data(), kQ8, c.kv_heads, c.tk, c.d);
-    p.v = DenseBHTD(v8.data(), kQ8, c.kv_heads, c.tk, c.d);
+    p.k = DenseBHTD(k8.data(), type, c.kv_heads, c.tk, c.d);
+    p.v = DenseBHTD(v8.data(), type, c.kv_heads, c.tk, c.d);
     p.out = DenseBHTD(out8.data(), c.q_heads, 1, c.d);
     attention(p, one);
     // The bound's ingredients, from the values themselves.
@@ -732,7 +911,8 @@ TEST(Q8QuantisationError, WithinTheAnalyticBound) {
                          double(std::fabs(v[size_t(b * 32 + j)]))});
         max_v = std::max(max_v, double(std::fabs(v[size_t(b * 32 + j)])));
       }
-      e_kv = std::max(e_kv, amax * (1.0 / 254.0 + std::ldexp(1.0, -11)));
+      e_kv = std::max(e_kv, type == kQ4 ? amax * (1.0 / 8.0 + std::ldexp(1.0, -10))
+                                        : amax * (1.0 / 254.0 + std::ldexp(1.0, -11)));
     }
     for (int64_t h = 0; h < c.q_heads; ++h) {
       double l1 = 0.0;
@@ -749,12 +929,13 @@ TEST(Q8QuantisationError, WithinTheAnalyticBound) {
       max_err = std::max(max_err, std::fabs(e));
     }
     const double rms = std::sqrt(sum2 / double(out32.size()));
-    std::printf("q8_0 vs f32 K/V, decode %s, T_k = %lld, d = %lld: rms %.3g (%.2g of the "
+    std::printf("%s vs f32 K/V, decode %s, T_k = %lld, d = %lld: rms %.3g (%.2g of the "
                 "output's rms), max %.3g (analytic bound %.3g)\n",
-                c.what, static_cast<long long>(c.tk), static_cast<long long>(c.d), rms,
+                DTypeName(type), c.what, static_cast<long long>(c.tk), static_cast<long long>(c.d), rms,
                 std::sqrt(sum2 / out2), max_err, bound);
     EXPECT_LE(max_err, bound) << c.what;
-    EXPECT_GT(max_err, 0.0) << c.what << ": q8_0 changed nothing (the bytes were not used?)";
+    EXPECT_GT(max_err, 0.0) << c.what << ": " << DTypeName(type)
+                            << " changed nothing (the bytes were not used?)";
   }
 }
 

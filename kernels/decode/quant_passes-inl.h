@@ -1,29 +1,32 @@
-// The narrow (decode) path over ggml's q8_0 K and V (attn.h DType::kQ8_0),
-// per Highway target (per-target include guard below): the score and mix
-// passes of blocks-inl.h with the rows read as 34-byte blocks of 32 int8
-// and a binary16 scale. The tiled walk (tiled-inl.h) calls these for a
-// q8_0 K or V; the branch is taken once per tile, so the f32 / bf16 / f16
-// code is unchanged.
+// The narrow (decode) path over ggml's block K and V, q8_0 and q4_0
+// (attn.h DType::kQ8_0, kQ4_0), per Highway target (per-target include
+// guard below): the score and mix passes of blocks-inl.h with the rows read
+// as blocks of 32 elements and a binary16 scale, written once over a block
+// format F (widen-inl.h Q8_0Format, Q4_0Format). The tiled walk
+// (tiled-inl.h) calls these for a block K or V; the branch is taken once
+// per tile, so the f32 / bf16 / f16 code is unchanged.
 //
 // Algorithm: the same as blocks-inl.h's, lanes along the head dimension.
 // Scores: for each block of 32 elements, the block's scale is broadcast
 // once per key (Q8_0ScaleVec: vpbroadcastw + vcvtph2ps on AVX2 / AVX-512)
-// and its int8 values loaded as int32 (vpmovsxbd), converted to float and
-// multiplied by the scale: the exact element values, which then enter the
-// same float32 FMAs, accumulators and reductions (SumBlocksOfFour) as
-// float32 K, so the precision contract (docs/precision.md) is unchanged.
-// The chunk's q vectors stay in registers across the block of keys, so
-// R rows share each dequantised K vector. Mix: each V vector dequantised
-// the same way once per key and column chunk, shared by the R rows' FMAs.
-// Hidden keys (weight -0) are found with one vector compare per 16
-// weights, not one scalar test per weight.
+// and its integers loaded as int32 (F::Ints: q8_0's int8 by vpmovsxbd,
+// q4_0's nibbles by vpmovzxbd, a shift and a mask, less 8), converted to
+// float and multiplied by the scale: the exact element values, which then
+// enter the same float32 FMAs, accumulators and reductions
+// (SumBlocksOfFour) as float32 K, so the precision contract
+// (docs/precision.md) is unchanged. The chunk's q vectors stay in
+// registers across the block of keys, so R rows share each dequantised K
+// vector. Mix: each V vector dequantised the same way once per key and
+// column chunk, shared by the R rows' FMAs. Hidden keys (weight -0) are
+// found with one vector compare per 16 weights, not one scalar test per
+// weight.
 //
-// Memory traffic: K and V are read once per view, 34 bytes per 32
-// elements (1.0625 bytes an element, scales included: 0.53 of f16's,
-// 0.27 of float32's); K rows are prefetched ahead and V rows during the
-// same tile's scores as the tiled walk does, the distance in bytes (60 q8_0
-// keys at any d: KeyPrefetchDistance), a contiguous run of rows (the
-// usual dense cache) as one span of cache lines.
+// Memory traffic: K and V are read once per view, 34 (q8_0) or 18 (q4_0)
+// bytes per 32 elements (scales included: 0.53 or 0.28 of f16's); K rows
+// are prefetched ahead and V rows during the same tile's scores as the
+// tiled walk does, the distance in bytes (KeyPrefetchDistance), a
+// contiguous run of rows (the usual dense cache) as one span of cache
+// lines.
 //
 // Why q8_0 pays on decode: 16 heads are bound by memory, so fewer bytes
 // read are faster; a GQA group is bound by its arithmetic (per 16 elements
@@ -33,11 +36,11 @@
 // tried and not kept (the scale folded into the dot products, other K
 // prefetch distances): docs/performance.md ("Decode walks: measurements
 // behind the kernel choices").
-#if defined(ATTN_KERNELS_DECODE_Q8_PASSES_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef ATTN_KERNELS_DECODE_Q8_PASSES_INL_H_
-#undef ATTN_KERNELS_DECODE_Q8_PASSES_INL_H_
+#if defined(ATTN_KERNELS_DECODE_QUANT_PASSES_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTN_KERNELS_DECODE_QUANT_PASSES_INL_H_
+#undef ATTN_KERNELS_DECODE_QUANT_PASSES_INL_H_
 #else
-#define ATTN_KERNELS_DECODE_Q8_PASSES_INL_H_
+#define ATTN_KERNELS_DECODE_QUANT_PASSES_INL_H_
 #endif
 
 #include <stddef.h>
@@ -49,22 +52,22 @@
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
-#include "kernels/common/convert.h"        // kQ8_0BlockElements, LoadQ8_0Element
+#include "kernels/common/convert.h"        // kQ8_0BlockElements
 #include "kernels/common/key_rows-inl.h"   // KeyPrefetchDistance, PrefetchRows
 #include "kernels/common/lane_sums-inl.h"  // NarrowKeysPerBlock, SumBlocksOfFour
 #include "kernels/common/microkernels-inl.h"  // DF, VF, IsHiddenWeight
 #include "kernels/common/narrow_state-inl.h"  // NarrowScratch
 #include "kernels/common/vec_array-inl.h"  // ATTN_VEC_ARRAY, ATTN_AT
-#include "kernels/common/widen-inl.h"      // Q8_0Block, Q8_0ScaleVec, LoadQ8_0Ints
+#include "kernels/common/widen-inl.h"      // Q8_0Format, Q4_0Format, Q8_0ScaleVec
 #include "kernels/decode/blocks-inl.h"       // NarrowMixVectors, ForEachMixChunk
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
 namespace HWY_NAMESPACE {
 
-// Requests `count` q8_0 rows of `row_bytes` bytes, `row_step` bytes apart,
+// Requests `count` block rows of `row_bytes` bytes, `row_step` bytes apart,
 // into the cache: one span of lines when the rows are contiguous.
-HWY_INLINE void PrefetchQ8_0Rows(const uint8_t* HWY_RESTRICT rows, int64_t row_step,
+HWY_INLINE void PrefetchQuantRows(const uint8_t* HWY_RESTRICT rows, int64_t row_step,
                                  int64_t count, int64_t row_bytes) {
   if (count <= 0) return;
   if (row_step == row_bytes) {
@@ -78,21 +81,21 @@ HWY_INLINE void PrefetchQ8_0Rows(const uint8_t* HWY_RESTRICT rows, int64_t row_s
   }
 }
 
-// Scores of R rows against KB q8_0 keys at k (rows k_step bytes apart):
+// Scores of R rows against KB block keys at k (rows k_step bytes apart):
 // s(r)[j0 + b] for b < KB. d is a multiple of 32.
-template <int R, int KB>
-HWY_INLINE void NarrowScoreBlockQ8_0(const NarrowScratch& scratch, int64_t row0, int64_t d,
+template <class F, int R, int KB>
+HWY_INLINE void NarrowScoreBlockQuant(const NarrowScratch& scratch, int64_t row0, int64_t d,
                                      const uint8_t* HWY_RESTRICT k, int64_t k_step, int64_t j0) {
   const DF df;
   const int64_t N = int64_t(hn::Lanes(df));
-  constexpr int64_t kBlock = internal::kQ8_0BlockElements;
-  constexpr int64_t kBlockBytes = internal::kQ8_0BlockBytes;
-  if (!Q8_0VectorsTileBlocks(df)) {  // scalar (no fixed-width target comes here)
+  constexpr int64_t kBlock = internal::kQ8_0BlockElements;  // q4_0's too
+  constexpr int64_t kBlockBytes = F::kBytes;
+  if (!F::VectorsTile(df)) {  // scalar (no fixed-width target comes here)
     for (int r = 0; r < R; ++r) {
       const float* HWY_RESTRICT q = scratch.q(row0 + r);
       for (int b = 0; b < KB; ++b) {
         float total = 0.0f;
-        for (int64_t c = 0; c < d; ++c) total += q[c] * internal::LoadQ8_0Element(k + b * k_step, c);
+        for (int64_t c = 0; c < d; ++c) total += q[c] * F::Element(k + b * k_step, c);
         scratch.s(row0 + r)[j0 + b] = total;
       }
     }
@@ -105,9 +108,8 @@ HWY_INLINE void NarrowScoreBlockQ8_0(const NarrowScratch& scratch, int64_t row0,
   ATTN_VEC_ARRAY(VF, acc, R * KB);  // vec_array-inl.h
   for (int a = 0; a < R * KB; ++a) ATTN_AT(acc, a) = hn::Zero(df);
   for (int64_t c0 = 0; c0 < d; c0 += chunk) {
-    // This chunk's bytes in key 0's row: its block, then its int8 values.
+    // This chunk's block in key 0's row.
     const uint8_t* HWY_RESTRICT block0 = k + c0 / kBlock * kBlockBytes;
-    const int64_t ints = 2 + c0 % kBlock;
     ATTN_VEC_ARRAY2(VF, q, R, kChunk);  // vec_array-inl.h
     for (int r = 0; r < R; ++r)
       for (int v = 0; v < kChunk; ++v) {
@@ -119,7 +121,7 @@ HWY_INLINE void NarrowScoreBlockQ8_0(const NarrowScratch& scratch, int64_t row0,
       const VF scale = Q8_0ScaleVec(df, reinterpret_cast<const Q8_0Block*>(kb));
       for (int v = 0; v < kChunk; ++v) {
         if (v >= chunk_vectors) break;
-        const VF kv = hn::Mul(LoadQ8_0Ints(df, kb + ints + v * N), scale);
+        const VF kv = hn::Mul(F::Ints(df, kb, c0 % kBlock + v * N), scale);
         for (int r = 0; r < R; ++r) {
           ATTN_AT(acc, r * KB + b) =
               hn::MulAdd(ATTN_AT2(q, r, v), kv, ATTN_AT(acc, r * KB + b));
@@ -168,43 +170,43 @@ HWY_INLINE void NarrowScoreBlockQ8_0(const NarrowScratch& scratch, int64_t row0,
 #endif
 }
 
-// Scores of a tile of q8_0 keys (rows k_step bytes apart): blocks of KB
+// Scores of a tile of block keys (rows k_step bytes apart): blocks of KB
 // keys, then the rest one at a time, with the same keys' V rows (v_step
 // bytes apart, v_row_bytes long; any V type) prefetched for the mix.
-template <int R>
-HWY_INLINE void NarrowScoreTileQ8_0(const NarrowScratch& scratch, int64_t row0, int64_t d,
+template <class F, int R>
+HWY_INLINE void NarrowScoreTileQuant(const NarrowScratch& scratch, int64_t row0, int64_t d,
                                     const uint8_t* HWY_RESTRICT k, int64_t k_step, int64_t keys,
                                     int64_t keys_left, const uint8_t* HWY_RESTRICT v,
                                     int64_t v_step, int64_t v_row_bytes, bool prefetch) {
   constexpr int KB = NarrowKeysPerBlock<R>();
-  const int64_t k_row_bytes = internal::BytesOf(DType::kQ8_0, d);
-  const int64_t ahead = KeyPrefetchDistance(DType::kQ8_0);
+  const int64_t k_row_bytes = internal::BytesOf(F::kType, d);
+  const int64_t ahead = KeyPrefetchDistance(F::kType);
   auto block = [&](auto keys_per_block, int64_t j) {
     constexpr int kKeys = decltype(keys_per_block)::value;
-    NarrowScoreBlockQ8_0<R, kKeys>(scratch, row0, d, k + j * k_step, k_step, j);
+    NarrowScoreBlockQuant<F, R, kKeys>(scratch, row0, d, k + j * k_step, k_step, j);
   };
   int64_t j = 0;
   for (; j + KB <= keys; j += KB) {
     if (prefetch) {
-      PrefetchQ8_0Rows(v + j * v_step, v_step, KB, v_row_bytes);
+      PrefetchQuantRows(v + j * v_step, v_step, KB, v_row_bytes);
       if (j + ahead + KB <= keys_left) {
-        PrefetchQ8_0Rows(k + (j + ahead) * k_step, k_step, KB, k_row_bytes);
+        PrefetchQuantRows(k + (j + ahead) * k_step, k_step, KB, k_row_bytes);
       }
     }
     block(std::integral_constant<int, KB>(), j);
   }
-  if (prefetch) PrefetchQ8_0Rows(v + j * v_step, v_step, keys - j, v_row_bytes);
+  if (prefetch) PrefetchQuantRows(v + j * v_step, v_step, keys - j, v_row_bytes);
   for (; j < keys; ++j) block(std::integral_constant<int, 1>(), j);
 }
 
 // o(r)[c0 + n·N + lane] += Σ_j p(r)[j]·V[j][c0 + ...] for CV whole vectors of
-// q8_0 columns (rows v_step bytes apart; c0 a multiple of 32, or the chunk
+// block columns (rows v_step bytes apart; c0 a multiple of 32, or the chunk
 // within one block). Each V vector is dequantised once per key (a block's
 // scale broadcast once: vectors n with n % (32 / N) == 0 start a block) and
 // shared by the R rows. With kSkipHidden a row whose weight is -0 skips the
 // key (blocks-inl.h's file comment).
-template <int R, int CV, bool kSkipHidden>
-HWY_INLINE void NarrowMixChunkQ8_0(const NarrowScratch& scratch, int64_t row0, int64_t keys,
+template <class F, int R, int CV, bool kSkipHidden>
+HWY_INLINE void NarrowMixChunkQuant(const NarrowScratch& scratch, int64_t row0, int64_t keys,
                                    const uint8_t* HWY_RESTRICT v, int64_t v_step, int64_t c0) {
   const DF df;
   const int64_t N = int64_t(hn::Lanes(df));
@@ -217,7 +219,7 @@ HWY_INLINE void NarrowMixChunkQ8_0(const NarrowScratch& scratch, int64_t row0, i
   }
   const float* HWY_RESTRICT p[R];
   for (int r = 0; r < R; ++r) p[r] = scratch.s(row0 + r);
-  const uint8_t* HWY_RESTRICT vj = v + c0 / kBlock * internal::kQ8_0BlockBytes;
+  const uint8_t* HWY_RESTRICT vj = v + c0 / kBlock * F::kBytes;
   const int64_t first_col = c0 % kBlock;
   for (int64_t j = 0; j < keys; ++j, vj += v_step) {
     ATTN_VEC_ARRAY(VF, vv, CV);
@@ -225,9 +227,9 @@ HWY_INLINE void NarrowMixChunkQ8_0(const NarrowScratch& scratch, int64_t row0, i
     for (int n = 0; n < CV; ++n) {
       // Vector n: column `col` from the chunk's first block.
       const int64_t col = first_col + n * N;
-      const uint8_t* HWY_RESTRICT block = vj + col / kBlock * internal::kQ8_0BlockBytes;
+      const uint8_t* HWY_RESTRICT block = vj + col / kBlock * F::kBytes;
       if (n % block_vectors == 0) scale = Q8_0ScaleVec(df, reinterpret_cast<const Q8_0Block*>(block));
-      ATTN_AT(vv, n) = hn::Mul(LoadQ8_0Ints(df, block + 2 + col % kBlock), scale);
+      ATTN_AT(vv, n) = hn::Mul(F::Ints(df, block, col % kBlock), scale);
     }
     for (int r = 0; r < R; ++r) {
       const float w = p[r][j];
@@ -269,21 +271,21 @@ HWY_INLINE bool AnyHiddenWeight(const NarrowScratch& scratch, int64_t row0, int6
   return !hn::AllFalse(du, any);
 }
 
-// o(r) += P·V for one tile of q8_0 V (rows v_step bytes apart): column
+// o(r) += P·V for one tile of block V (rows v_step bytes apart): column
 // chunks of CV vectors as blocks-inl.h's NarrowMixTile (dv is a multiple of
 // 32; a scalable vector that does not tile a block takes scalar code).
-template <int R>
-HWY_INLINE void NarrowMixTileQ8_0(const NarrowScratch& scratch, int64_t row0, int64_t keys,
+template <class F, int R>
+HWY_INLINE void NarrowMixTileQuant(const NarrowScratch& scratch, int64_t row0, int64_t keys,
                                   const uint8_t* HWY_RESTRICT v, int64_t v_step, int64_t dv) {
   constexpr int CV = NarrowMixVectors<R>();
   const int64_t N = int64_t(hn::Lanes(DF()));
-  if (!Q8_0VectorsTileBlocks(DF())) {
+  if (!F::VectorsTile(DF())) {
     for (int64_t c = 0; c < dv; ++c) {
       for (int r = 0; r < R; ++r) {
         const float* HWY_RESTRICT p = scratch.s(row0 + r);
         float total = scratch.o(row0 + r)[c];
         for (int64_t j = 0; j < keys; ++j) {
-          if (!IsHiddenWeight(p[j])) total += p[j] * internal::LoadQ8_0Element(v + j * v_step, c);
+          if (!IsHiddenWeight(p[j])) total += p[j] * F::Element(v + j * v_step, c);
         }
         scratch.o(row0 + r)[c] = total;
       }
@@ -293,7 +295,7 @@ HWY_INLINE void NarrowMixTileQ8_0(const NarrowScratch& scratch, int64_t row0, in
   const int64_t vectors = dv / N;
   const bool any_hidden = AnyHiddenWeight<R>(scratch, row0, keys);
   ForEachMixChunk<CV>(vectors, any_hidden, [&](int64_t n0, auto cv, auto skip) ATTN_INLINE_LAMBDA {
-    NarrowMixChunkQ8_0<R, decltype(cv)::value, decltype(skip)::value>(scratch, row0, keys, v,
+    NarrowMixChunkQuant<F, R, decltype(cv)::value, decltype(skip)::value>(scratch, row0, keys, v,
                                                                       v_step, n0 * N);
   });
 }
