@@ -309,7 +309,7 @@ def decode_pivot(f, meta):
                                m.group(1)), {})[m.group(6) or "f32"] = b
         if not groups:
             continue
-        types = [t for t in ("f32", "kv:bf16", "kv:f16", "kv:q8_0", "dtype:bf16", "dtype:f16")
+        types = [t for t in ("f32", "kv:bf16", "kv:f16", "kv:q8_0", "kv:q4_0", "dtype:bf16", "dtype:f16")
                  if any(t in g for g in groups.values())]
         head = ["row", "threads"] + types
         trs = []
