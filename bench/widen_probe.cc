@@ -23,7 +23,7 @@
 #include "attn/attn.h"  // DType
 #include "hwy/highway.h"
 #include "kernels/common/vec_array-inl.h"   // ATTN_VEC_ARRAY, ATTN_AT
-#include "kernels/common/widen-inl.h"       // LoadRowVector, Q8_0Row, Q8_0VectorsTileBlocks
+#include "kernels/common/widen-inl.h"       // LoadRowVector, Q8_0Row, Q4_0Row, Q8_0VectorsTileBlocks
 
 HWY_BEFORE_NAMESPACE();
 namespace attn_bench {
@@ -116,7 +116,10 @@ float WidenDotImpl(attn::DType type, int query_rows, const void* rows, int64_t r
       // a scalable vector that does not (say 12 lanes) has no q8_0 row.
       if (!attn::HWY_NAMESPACE::Q8_0VectorsTileBlocks(DF())) return -1.0f;
       return run(attn::HWY_NAMESPACE::Q8_0Row());
-    case attn::DType::kQ4_0: return -1.0f;  // no row-walk loader: the tiled walk's passes read it
+    case attn::DType::kQ4_0:
+      // A vector must lie within one half of a block's nibbles.
+      if (!attn::HWY_NAMESPACE::Q4_0Format::VectorsTile(DF())) return -1.0f;
+      return run(attn::HWY_NAMESPACE::Q4_0Row());
     case attn::DType::kF32: break;
   }
   return run(float());

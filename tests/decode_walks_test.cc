@@ -78,8 +78,10 @@ std::vector<Shape> DecodeShapes() {
     masked.seed = seed++;
     shapes.push_back(masked);
   }
-  // q8_0 K and V: the row walk where d = d_v (a multiple of 32, at most 8
-  // vectors), the q8_0 tiled passes otherwise (kernels/decode/quant_passes-inl.h).
+  // q8_0 and q4_0 K and V: the row walk where d = d_v (a multiple of 32, at
+  // most 8 vectors), the block tiled passes otherwise
+  // (kernels/decode/quant_passes-inl.h).
+  for (DType kv : {DType::kQ8_0, DType::kQ4_0})
   for (int64_t tk : {1, 3, 37, 300, 1100}) {
     for (int64_t d : {64, 128}) {
       Shape s;
@@ -87,7 +89,7 @@ std::vector<Shape> DecodeShapes() {
       s.tq = 1;
       s.tk = tk;
       s.d = s.dv = d;
-      s.k_type = s.v_type = DType::kQ8_0;
+      s.k_type = s.v_type = kv;
       s.seed = seed++;
       s.causal = tk % 2 ? Causal::kBottomRight : Causal::kNone;
       s.additive_mask = tk >= 37;
@@ -345,7 +347,8 @@ TEST(DecodeWalks, TheTableTakesEachViewByItsRules) {
   EXPECT_EQ(choose(view(1, 256)), "pipelined");      // 16 vectors: beyond the row walk
   EXPECT_EQ(choose(view(1, 128, DType::kQ8_0)), "row");
   EXPECT_EQ(choose(view(2, 128, DType::kQ8_0)), "tiled");
-  EXPECT_EQ(choose(view(1, 128, DType::kQ4_0)), "tiled");  // no q4_0 row loader
+  EXPECT_EQ(choose(view(1, 128, DType::kQ4_0)), "row");
+  EXPECT_EQ(choose(view(2, 128, DType::kQ4_0)), "tiled");
   EXPECT_EQ(choose(view(1, 128, DType::kQ4_0), DecodeWalk::kPipelined), "tiled");
   internal::DecodeView strided = view(2, 64);
   strided.rows_adjacent = false;  // token-major: a view's rows are kv_heads·d apart

@@ -173,31 +173,6 @@ HWY_INLINE hn::Vec<D> Q8_0ScaleVec(D d, const Q8_0Block* HWY_RESTRICT block) {
 #endif
 }
 
-// The element type of a q8_0 row for LoadRowVector (ggml's 34-byte blocks
-// of 32 int8 and a binary16 scale).
-struct Q8_0Row {};
-
-// Vector n of a row (elements n·N .. n·N + N - 1) as float32: widened
-// exactly (LoadWide), or a q8_0 row's int8 values times their block's
-// scale (exact in float32; the values kernels/decode/quant_passes-inl.h's passes compute).
-// The decode path's row walks (kernels/decode/row-inl.h) read K and V rows with
-// it, and attn-bench's widen rows (bench/widen_probe.cc) time it.
-template <typename T>
-HWY_INLINE hn::Vec<hn::ScalableTag<float>> LoadRowVector(const char* HWY_RESTRICT row, int64_t n) {
-  const hn::ScalableTag<float> df;
-  const int64_t N = int64_t(hn::Lanes(df));
-  if constexpr (std::is_same_v<T, Q8_0Row>) {
-    constexpr int64_t kBlock = internal::kQ8_0BlockElements;
-    const int64_t col = n * N;
-    const uint8_t* HWY_RESTRICT block =
-        reinterpret_cast<const uint8_t*>(row) + col / kBlock * internal::kQ8_0BlockBytes;
-    return hn::Mul(LoadQ8_0Ints(df, block + 2 + col % kBlock),
-                   Q8_0ScaleVec(df, reinterpret_cast<const Q8_0Block*>(block)));
-  } else {
-    return LoadWide(df, reinterpret_cast<const T*>(row) + n * N);
-  }
-}
-
 // Whether the q8_0 vector loops apply: whole vectors tile a block (every
 // fixed-width target; a scalable vector of, say, 12 lanes takes the scalar
 // code instead).
@@ -253,6 +228,42 @@ template <class F>
 HWY_INLINE void WithBlockFormat(DType type, const F& f) {
   if (type == DType::kQ4_0) return f(Q4_0Format());
   f(Q8_0Format());
+}
+
+// The element type of a block row for LoadRowVector (ggml's blocks of 32
+// and a binary16 scale, in format F).
+template <class F>
+struct BlockRow {
+  using Format = F;
+};
+using Q8_0Row = BlockRow<Q8_0Format>;
+using Q4_0Row = BlockRow<Q4_0Format>;
+template <typename T>
+inline constexpr bool kIsBlockRow = false;
+template <class F>
+inline constexpr bool kIsBlockRow<BlockRow<F>> = true;
+
+// Vector n of a row (elements n·N .. n·N + N - 1) as float32: widened
+// exactly (LoadWide), or a block row's integers times their block's scale
+// (exact in float32; the values kernels/decode/quant_passes-inl.h's passes
+// compute). The decode path's row walks (kernels/decode/row-inl.h) read K
+// and V rows with it, and attn-bench's widen rows (bench/widen_probe.cc)
+// time it.
+template <typename T>
+HWY_INLINE hn::Vec<hn::ScalableTag<float>> LoadRowVector(const char* HWY_RESTRICT row, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  if constexpr (kIsBlockRow<T>) {
+    using F = typename T::Format;
+    constexpr int64_t kBlock = 32;
+    const int64_t col = n * N;
+    const uint8_t* HWY_RESTRICT block =
+        reinterpret_cast<const uint8_t*>(row) + col / kBlock * F::kBytes;
+    return hn::Mul(F::Ints(df, block, col % kBlock),
+                   Q8_0ScaleVec(df, reinterpret_cast<const Q8_0Block*>(block)));
+  } else {
+    return LoadWide(df, reinterpret_cast<const T*>(row) + n * N);
+  }
 }
 
 // dst[r][c] = element c of row r of blocks of format F, r < rows, c < cols

@@ -52,7 +52,7 @@
 #include "kernels/common/lane_sums-inl.h"     // SumFourPerBlock
 #include "kernels/common/microkernels-inl.h"  // DF, VF, IsHiddenWeight
 #include "kernels/common/vec_array-inl.h"     // ATTN_VEC_ARRAY, ATTN_AT
-#include "kernels/common/widen-inl.h"         // Q8_0Row, LoadRowVector
+#include "kernels/common/widen-inl.h"         // BlockRow, LoadRowVector
 
 HWY_BEFORE_NAMESPACE();
 namespace attn {
@@ -73,18 +73,18 @@ constexpr int64_t kNarrowRowTileKeys = 256;
 // kernel choices").
 constexpr int64_t kGroupPrefetchBytes = 2048;
 
-// Whether the row walks request rows of T ahead: 16-bit and q8_0 rows, not
-// float32 (kGroupPrefetchBytes). q8_0 reaches only the one-row walk
-// (the walk table keeps q8_0 groups on the tiled walk).
+// Whether the row walks request rows of T ahead: 16-bit and block (q8_0,
+// q4_0) rows, not float32 (kGroupPrefetchBytes). Block rows reach only the
+// one-row walk (the walk table keeps their groups on the tiled walk).
 template <typename T>
 constexpr bool RowIsRequestedAhead() {
-  return std::is_same_v<T, Q8_0Row> || sizeof(T) == 2;
+  return kIsBlockRow<T> || sizeof(T) == 2;
 }
-// Bytes of a row of `elements` elements of T (q8_0: 34-byte blocks of 32).
+// Bytes of a row of `elements` elements of T (blocks: 34 or 18 bytes per 32).
 template <typename T>
 constexpr int64_t RowBytes(int64_t elements) {
-  if constexpr (std::is_same_v<T, Q8_0Row>) {
-    return elements / internal::kQ8_0BlockElements * internal::kQ8_0BlockBytes;
+  if constexpr (kIsBlockRow<T>) {
+    return elements / 32 * T::Format::kBytes;
   } else {
     return elements * int64_t(sizeof(T));
   }

@@ -25,7 +25,7 @@
 #include "hwy/highway.h"
 #include "kernels/common/key_rows-inl.h"      // KeyRowCursor, KeyPrefetchDistance
 #include "kernels/common/narrow_state-inl.h"  // NarrowScratch, NarrowRowStats, FinishNarrowRow
-#include "kernels/common/widen-inl.h"         // WithStorageType, Q8_0Row
+#include "kernels/common/widen-inl.h"         // WithStorageType, Q8_0Row, Q4_0Row
 #include "kernels/decode/blocks-inl.h"        // NarrowSoftmaxTile
 #include "kernels/decode/pipelined-inl.h"     // NarrowPipelinedKeys
 #include "kernels/decode/row-inl.h"           // NarrowRowStep, RowAheadKeys
@@ -227,15 +227,17 @@ class NarrowWalk {
                                                           next_keys, o, cursors);
         };
         if (rows == 1) return step(std::integral_constant<int, 1>());
-        // q8_0 groups take the tiled walk (walk_table.cc): their steps are
+        // Block groups take the tiled walk (walk_table.cc): their steps are
         // not instantiated, which saves their compile time in every target.
-        if constexpr (!std::is_same_v<T, Q8_0Row>) {
+        if constexpr (!kIsBlockRow<T>) {
           if (rows == 2) return step(std::integral_constant<int, 2>());
           step(std::integral_constant<int, 4>());
         }
       };
-      if (h_.k_type == DType::kQ8_0) {  // q4_0 never comes here (walk_table.cc)
+      if (h_.k_type == DType::kQ8_0) {
         row_keys(Q8_0Row());
+      } else if (h_.k_type == DType::kQ4_0) {
+        row_keys(Q4_0Row());
       } else {
         WithStorageType(h_.k_type, row_keys);
       }

@@ -59,8 +59,10 @@ const char* RowDeclines(const DecodeView& v) {
       (v.rows != 1 || n > kQ8_0BlockElements || kQ8_0BlockElements % n != 0)) {
     return "q8_0 with more than one row";
   }
-  // q4_0 rows have no row-walk loader: the tiled walk's passes take them.
-  if (v.k_type == DType::kQ4_0) return "q4_0 K and V";
+  // As q8_0: one row, with vectors that lie within a block's half.
+  if (v.k_type == DType::kQ4_0 && (v.rows != 1 || n > 16 || 16 % n != 0)) {
+    return "q4_0 with more than one row";
+  }
   return nullptr;
 }
 
@@ -110,7 +112,7 @@ const std::vector<DecodeWalkRow>& DecodeWalks() {
       {DecodeWalk::kPairTiled, "pair-tiled",
        "groups on a bf16 dot path: each tile's scores, weights, then mix", PairTiledDeclines},
       {DecodeWalk::kRow, "row",
-       "1, 2 or 4 rows, K and V of one type (q8_0: one row; not q4_0), d = d_v of 2, 4 or 8 "
+       "1, 2 or 4 rows, K and V of one type (q8_0 and q4_0: one row), d = d_v of 2, 4 or 8 "
        "vectors, rows adjacent: K and V a row at a time",
        RowDeclines},
       {DecodeWalk::kPipelined, "pipelined",
