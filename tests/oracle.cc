@@ -24,7 +24,8 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kFloat32ExpZero = 104.0;
 
 // One row of a tensor of any element type, read as float (exact: every
-// bf16 / f16 value is a float, and so is a q8_0 element, int8 x binary16).
+// bf16 / f16 value is a float, and so is a q8_0 or q4_0 element, an integer
+// x binary16).
 struct Row {
   const void* data;
   DType type;
@@ -37,6 +38,12 @@ struct Row {
         const unsigned char* block = static_cast<const unsigned char*>(data) + c / 32 * 34;
         const float scale = FromFloat16Bits(uint16_t(block[0] | (block[1] << 8)));
         return float(static_cast<signed char>(block[2 + c % 32])) * scale;
+      }
+      case DType::kQ4_0: {  // the scale, then nibbles: elements 0-15 low, 16-31 high
+        const unsigned char* block = static_cast<const unsigned char*>(data) + c / 32 * 18;
+        const float scale = FromFloat16Bits(uint16_t(block[0] | (block[1] << 8)));
+        const int64_t e = c % 32;
+        return float((e < 16 ? block[2 + e] & 15 : block[2 + e - 16] >> 4) - 8) * scale;
       }
       case DType::kF32: break;
     }
@@ -423,16 +430,16 @@ std::string ValidityViolation(const Problem& p, const Options& o) {
     bool writable;
   };
   std::vector<Range> ranges;
-  // kv: K or V, which may be q8_0 (attn.h DType::kQ8_0: rows and strides
-  // of whole 32-element blocks, 34 bytes each); `cols_field` names its row
-  // length.
+  // kv: K or V, which may be q8_0 or q4_0 (attn.h DType::kQ8_0, kQ4_0:
+  // rows and strides of whole 32-element blocks, 34 or 18 bytes each);
+  // `cols_field` names its row length.
   auto tensor = [&](const std::string& n, const ConstTensor& t, int64_t heads, int64_t rows,
                     int64_t cols, bool writable, bool kv = false,
                     const std::string& cols_field = "") -> std::string {
     const void* data = t.data;
     const int64_t bs = t.batch_stride, hs = t.head_stride, rs = t.row_stride;
-    const bool q8 = t.dtype == DType::kQ8_0;
-    const int element_bytes = q8 ? 34 : DTypeSize(t.dtype);
+    const bool q8 = t.dtype == DType::kQ8_0 || t.dtype == DType::kQ4_0;  // a block type
+    const int element_bytes = q8 ? DTypeBlockBytes(t.dtype) : DTypeSize(t.dtype);
     if (element_bytes == 0 || (q8 && !kv)) return n + ".dtype";
     if (q8 && cols % 32 != 0) return cols_field;
     if (!data) return n + ".data";
@@ -444,12 +451,13 @@ std::string ValidityViolation(const Problem& p, const Options& o) {
     if (q8 && hs % 32 != 0) return n + ".head_stride";
     if (q8 && rs % 32 != 0) return n + ".row_stride";
     const Dim dims[4] = {{p.batch, bs}, {heads, hs}, {rows, rs}, {cols, 1}};
-    // q8_0: the span in elements is whole blocks; 34 bytes each.
+    // A block type: the span in elements is whole blocks; element_bytes each.
     const __int128 elements = SpanBytes(dims, 4, 1);
-    const __int128 bytes = !q8 ? SpanBytes(dims, 4, element_bytes)
-                           : elements < 0 || elements / 32 * 34 > std::numeric_limits<int64_t>::max()
-                               ? -1
-                               : elements / 32 * 34;
+    const __int128 bytes =
+        !q8 ? SpanBytes(dims, 4, element_bytes)
+        : elements < 0 || elements / 32 * element_bytes > std::numeric_limits<int64_t>::max()
+            ? -1
+            : elements / 32 * element_bytes;
     if (bytes < 0) return n;
     if (writable && MapsTwoToOne({dims, dims + 4})) return n;
     const __int128 begin = __int128(reinterpret_cast<uintptr_t>(data));
