@@ -101,23 +101,25 @@ void RequireWholeBlocks(int64_t n, const char* type) {
   }
 }
 
-// QuantizeQ8_0 and QuantizeQ4_0: every block checked (unfit(x) the first
-// offender's index in it, or -1) before the first is written.
-void QuantizeBlocks(const float* x, int64_t n, void* out, const char* type,
-                    int64_t (*unfit)(const float*), void (*quantize)(const float*, void*),
-                    int64_t block_bytes, const char* scale_bound) {
-  RequireWholeBlocks(n, type);
+// QuantizeQ8_0 and QuantizeQ4_0: every block checked before the first is
+// written.
+void QuantizeBlocks(const float* x, int64_t n, void* out, DType type, const char* scale_rule) {
+  const char* name = DTypeName(type);
+  RequireWholeBlocks(n, name);
   if (n > 0 && x == nullptr) internal::Fail("x", "null", "must not be null");
   if (n > 0 && out == nullptr) internal::Fail("out", "null", "must not be null");
   for (int64_t i = 0; i < n; i += 32) {
-    const int64_t bad = unfit(x + i);
+    const int64_t bad = internal::BlockUnfitOf(type, x + i);
     if (bad >= 0) {
       internal::Fail("x[" + internal::Str(i + bad) + "]", internal::Str(x[i + bad]),
-                     std::string("must be finite, with ") + scale_bound);
+                     std::string("must be finite, with ") + internal::BlockScaleBound(type) +
+                         " (the block's binary16 scale " + scale_rule + " must be finite)");
     }
   }
   unsigned char* blocks = static_cast<unsigned char*>(out);
-  for (int64_t i = 0; i < n; i += 32) quantize(x + i, blocks + i / 32 * block_bytes);
+  for (int64_t i = 0; i < n; i += 32) {
+    internal::QuantizeBlockOf(type, x + i, blocks + i / 32 * DTypeBlockBytes(type));
+  }
 }
 
 void DequantizeBlocks(const void* blocks, int64_t n, float* out, const char* type,
@@ -130,9 +132,7 @@ void DequantizeBlocks(const void* blocks, int64_t n, float* out, const char* typ
 }  // namespace
 
 void QuantizeQ8_0(const float* x, int64_t n, void* out) {
-  QuantizeBlocks(x, n, out, "q8_0", internal::Q8_0BlockUnfit, internal::QuantizeQ8_0Block,
-                 internal::kQ8_0BlockBytes,
-                 "|x| < 65520 * 127 (the block's binary16 scale amax / 127 must be finite)");
+  QuantizeBlocks(x, n, out, DType::kQ8_0, "amax / 127");
 }
 
 void DequantizeQ8_0(const void* blocks, int64_t n, float* out) {
@@ -140,9 +140,7 @@ void DequantizeQ8_0(const void* blocks, int64_t n, float* out) {
 }
 
 void QuantizeQ4_0(const float* x, int64_t n, void* out) {
-  QuantizeBlocks(x, n, out, "q4_0", internal::Q4_0BlockUnfit, internal::QuantizeQ4_0Block,
-                 internal::kQ4_0BlockBytes,
-                 "|x| < 65520 * 8 (the block's binary16 scale |max| / 8 must be finite)");
+  QuantizeBlocks(x, n, out, DType::kQ4_0, "|max| / 8");
 }
 
 void DequantizeQ4_0(const void* blocks, int64_t n, float* out) {

@@ -50,15 +50,6 @@ StridedView CheckPool(const std::string& name, const PagePool& pool, int64_t num
   return internal::CheckTypedStrides(name, pool.data, 4, extents, strides, kNames, pool.dtype);
 }
 
-// A block of 32 values into a pool of block type `type`, by its quantiser.
-int64_t BlockUnfit(DType type, const float* x) {
-  return type == DType::kQ4_0 ? internal::Q4_0BlockUnfit(x) : internal::Q8_0BlockUnfit(x);
-}
-void QuantizeBlock(DType type, const float* x, void* out) {
-  if (type == DType::kQ4_0) return internal::QuantizeQ4_0Block(x, out);
-  internal::QuantizeQ8_0Block(x, out);
-}
-
 // New tokens bound for a q8_0 or q4_0 pool are quantised (QuantizeQ8_0's
 // or QuantizeQ4_0's rule) unless they are of the pool's type already (then
 // their blocks are copied): every block of them must be quantisable,
@@ -74,13 +65,12 @@ void CheckQuantisable(const char* name, const PackedTensor& t, int64_t tokens, i
         values[size_t(c)] = internal::LoadElement(t.data, t.dtype, base + c);
       }
       for (int64_t c = 0; c < cols; c += DTypeBlockElements(pool_type)) {
-        const int64_t bad = BlockUnfit(pool_type, values.data() + c);
+        const int64_t bad = internal::BlockUnfitOf(pool_type, values.data() + c);
         if (bad < 0) continue;
         Fail(std::string(name) + "[" + Str(i) + "][" + Str(h) + "][" + Str(c + bad) + "]",
              Str(values[size_t(c + bad)]),
-             std::string("must be finite, with |x| < 65520 * ") +
-                 (pool_type == DType::kQ4_0 ? "8" : "127") + ", to be quantised into the " +
-                 DTypeName(pool_type) + " " + pool);
+             std::string("must be finite, with ") + internal::BlockScaleBound(pool_type) +
+                 ", to be quantised into the " + DTypeName(pool_type) + " " + pool);
       }
     }
 }
@@ -104,8 +94,8 @@ void AppendRow(const PagePool& pool, int64_t dst, const PackedTensor& t, int64_t
   row.resize(size_t(cols));
   for (int64_t c = 0; c < cols; ++c) row[size_t(c)] = internal::LoadElement(t.data, t.dtype, src + c);
   for (int64_t c = 0; c < cols; c += DTypeBlockElements(pool.dtype)) {
-    QuantizeBlock(pool.dtype, row.data() + c,
-                  static_cast<char*>(out) + internal::BytesOf(pool.dtype, c));
+    internal::QuantizeBlockOf(pool.dtype, row.data() + c,
+                              static_cast<char*>(out) + internal::BytesOf(pool.dtype, c));
   }
 }
 

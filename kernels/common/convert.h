@@ -184,6 +184,20 @@ inline int64_t Q4_0BlockUnfit(const float* x) { return BlockUnfit(x, 8.0f); }
 // V only, rows and offsets in whole blocks.
 inline bool IsBlockType(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
 
+// A block type's quantiser (t q8_0 or q4_0): whether it may take x[0..31]
+// (the first offender, or -1), one block into `out`, and the bound on |x|
+// that its binary16 scale puts, in words.
+inline int64_t BlockUnfitOf(DType t, const float* x) {
+  return t == DType::kQ4_0 ? Q4_0BlockUnfit(x) : Q8_0BlockUnfit(x);
+}
+inline void QuantizeBlockOf(DType t, const float* x, void* out) {
+  if (t == DType::kQ4_0) return QuantizeQ4_0Block(x, out);
+  QuantizeQ8_0Block(x, out);
+}
+inline const char* BlockScaleBound(DType t) {
+  return t == DType::kQ4_0 ? "|x| < 65520 * 8" : "|x| < 65520 * 127";
+}
+
 // Element i of a tensor of type t at base (i in elements; for a block type,
 // the row's blocks start at base).
 inline float LoadElement(const void* base, DType t, int64_t i) {
